@@ -1,0 +1,26 @@
+# make run   : set everything up, then run the local pipeline (embedded Kafka, store job, demo)
+# make test  : set everything up, then run the tests
+.PHONY: setup run test unit lock schemas clean
+
+setup:
+	bash scripts/setup.sh
+
+run: setup
+	.venv/bin/python -m pipeline.local_run
+
+test: setup
+	.venv/bin/python -m pytest -q
+
+unit: setup
+	.venv/bin/python -m pytest -q tests/unit
+
+schemas:
+	.venv/bin/python -m schemas.generate
+
+lock:
+	.venv/bin/pip freeze --exclude-editable | grep -v '^waku-pipeline' > conf/constraints.tmp
+	(sed -n '1,2p' conf/constraints.txt; cat conf/constraints.tmp) > conf/constraints.new
+	mv conf/constraints.new conf/constraints.txt; rm -f conf/constraints.tmp
+
+clean:
+	rm -rf var/ .cache/waku-pipeline.zip

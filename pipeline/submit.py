@@ -1,0 +1,131 @@
+"""Build and run the spark-submit command line for a job (backs ./spark-submit.sh).
+
+    ./spark-submit.sh <job> [spark-submit options] [job options]
+
+Spark options (--master, --conf, --deploy-mode, --driver-memory, --executor-memory,
+--executor-cores, --num-executors, --total-executor-cores, --name, --queue) go to
+spark-submit; everything else goes to the job (for example --set warehouse.root=s3a://b/w).
+The jars are the ones cached at set-up, so nothing is downloaded; on a non-local master the
+pipeline's Python code is shipped as a zip with --py-files.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+from pipeline.config import REPO_ROOT, ConfigError, load_config
+from pipeline.session import SPARK_DEFAULTS, SUBMITTED_ENV, spark_jars
+
+JOBS_DIR = REPO_ROOT / "jobs"
+SPARK_VALUE_OPTIONS = {
+    "--master", "--conf", "-c", "--deploy-mode", "--driver-memory", "--executor-memory",
+    "--executor-cores", "--num-executors", "--total-executor-cores", "--name", "--queue",
+    "--driver-cores",
+}
+
+
+def jobs() -> dict[str, str]:
+    """Job name -> first line of its docstring."""
+    out = {}
+    for path in sorted(JOBS_DIR.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        out[path.stem] = doc.splitlines()[0] if doc else ""
+    return out
+
+
+def usage() -> str:
+    lines = ["usage: ./spark-submit.sh <job> [spark-submit options] [job options]", "", "jobs:"]
+    lines += [f"  {name:<14} {desc}" for name, desc in jobs().items()]
+    lines += ["", "spark-submit options passed through: " + " ".join(sorted(SPARK_VALUE_OPTIONS)),
+              "job options: --config FILE, --set section.key=value (see README, Configuration)",
+              "`./spark-submit.sh <job> --help` shows the job's own options."]
+    return "\n".join(lines)
+
+
+def split_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """Separate spark-submit options (normalised to `--opt value` pairs) from job options."""
+    spark: list[str] = []
+    job: list[str] = []
+    it = iter(args)
+    for arg in it:
+        name, has_value, value = arg.partition("=")
+        if name in SPARK_VALUE_OPTIONS:
+            spark += [name, value if has_value else next(it, "")]
+        else:
+            job.append(arg)
+    return spark, job
+
+
+def option_value(args: list[str], name: str) -> str | None:
+    """The value of the last `name value` pair in args, if any."""
+    values = [args[i + 1] for i, a in enumerate(args[:-1]) if a == name]
+    return values[-1] if values else None
+
+
+def python_zip() -> Path:
+    """The pipeline's Python packages, zipped for executors on a cluster."""
+    target = REPO_ROOT / ".cache" / "waku-pipeline.zip"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for package in ("pipeline", "schemas", "ingest"):
+            for path in (REPO_ROOT / package).rglob("*"):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    zf.write(path, path.relative_to(REPO_ROOT))
+    return target
+
+
+def spark_submit_binary() -> str:
+    if os.environ.get("SPARK_HOME"):
+        return str(Path(os.environ["SPARK_HOME"]) / "bin" / "spark-submit")
+    local = Path(sys.executable).parent / "spark-submit"
+    return str(local) if local.exists() else (shutil.which("spark-submit") or "spark-submit")
+
+
+def command(job: str, args: list[str]) -> list[str]:
+    if job not in jobs():
+        raise ConfigError(f"unknown job {job!r}; jobs: {', '.join(jobs())}")
+    spark_args, job_args = split_args(args)
+    overrides = [job_args[i + 1] for i, a in enumerate(job_args[:-1]) if a == "--set"]
+    config = load_config(overrides, option_value(job_args, "--config"))
+    master = option_value(spark_args, "--master")
+    cmd = [spark_submit_binary(), "--properties-file", str(SPARK_DEFAULTS)]
+    if master is None:
+        master = config.get("spark.master")
+        cmd += ["--master", master]
+    cmd += ["--jars", ",".join(spark_jars(config))]
+    cmd += ["--conf", f"spark.sql.shuffle.partitions={config.get('spark.shuffle_partitions')}"]
+    cmd += ["--conf", "spark.log.level=WARN"]
+    for key, value in config.spark_options().items():
+        cmd += ["--conf", f"{key}={value}"]
+    if not master.startswith("local"):
+        cmd += ["--py-files", str(python_zip())]
+    cmd += spark_args
+    cmd += [str(JOBS_DIR / f"{job}.py"), *job_args]
+    return cmd
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    try:
+        cmd = command(argv[0], argv[1:])
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    env = dict(os.environ, **{SUBMITTED_ENV: "1"})
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    os.execvpe(cmd[0], cmd, env)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

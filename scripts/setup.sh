@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Set everything up from nothing, idempotently: system packages, .venv, JVM jars, the JVM
+# protobuf decoder. Safe to run again; it only does what is missing or changed.
+# Every failure ends with one line starting "error:".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+PY=${PYTHON:-python3.11}
+
+die() { echo "error: $*" >&2; exit 2; }
+say() { echo "setup: $*"; }
+
+apt_install() {  # apt_install PKG... : install Debian packages when we may (root + apt-get)
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing $* with apt-get"
+    if [ ! -f /tmp/.waku-apt-updated ]; then
+      apt-get update -qq >/dev/null 2>&1 || die "apt-get update failed: cannot reach Debian's package archive"
+      touch /tmp/.waku-apt-updated
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1 \
+      || die "apt-get could not install $*"
+  else
+    die "$* missing and cannot be installed automatically here (needs root and apt-get)"
+  fi
+}
+
+# 1. System packages: Java 17 (javac too: the protobuf decoder is compiled here), Maven,
+#    libgmp headers for py-libp2p's fastecdsa, a Python 3.11 with venv.
+if ! command -v java >/dev/null || ! command -v javac >/dev/null; then
+  apt_install openjdk-17-jdk-headless || true
+fi
+command -v java >/dev/null || die "Java not found: install a Java 17 JDK (openjdk-17-jdk-headless) or put it on PATH"
+jv=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+[ "${jv:-0}" -ge 17 ] || die "Java ${jv:-?} found, Java 17 or newer needed (set JAVA_HOME / PATH)"
+command -v mvn >/dev/null || apt_install maven
+[ -f /usr/include/gmp.h ] || [ -f /usr/include/x86_64-linux-gnu/gmp.h ] || apt_install libgmp-dev
+command -v "$PY" >/dev/null || die "$PY not found: install Python 3.11 (or set PYTHON=/path/to/python3.11)"
+
+# 2. Python virtual environment with the pinned dependencies.
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  "$PY" -m venv .venv || die "could not create .venv with $PY (is the venv module installed?)"
+fi
+stamp=.venv/.waku-installed
+want=$(cat pyproject.toml conf/constraints.txt | sha256sum | cut -c1-16)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  say "installing Python dependencies into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip setuptools wheel >/dev/null \
+    || die "pip could not upgrade itself: is PyPI reachable?"
+  .venv/bin/python -m pip install -q -c conf/constraints.txt -e ".[dev]" >/tmp/waku-pip.log 2>&1 \
+    || die "pip install failed (PyPI unreachable or a build failed): see /tmp/waku-pip.log"
+  echo "$want" > "$stamp"
+else
+  say ".venv up to date"
+fi
+
+# 3. JVM jars from Maven Central into .cache/jars (no download at run time).
+.venv/bin/python scripts/resolve_jars.py || exit 2
+
+# 4. The JVM protobuf decoder (stands in for spark-protobuf, see docs/decisions.md).
+PYTHON=.venv/bin/python bash jvm/build.sh "$REPO/.cache/jars/spark" || exit 2
+
+say "ready"
