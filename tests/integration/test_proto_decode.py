@@ -2,11 +2,7 @@
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import struct
-import subprocess
-from pathlib import Path
 
 import pytest
 from pyspark.sql import types as T
@@ -15,8 +11,6 @@ from pipeline.protobuf import from_protobuf, register, spark_schema, udf_name
 from schemas import pipeline_records_pb2 as pr
 from schemas import waku_message_pb2 as wm
 
-REPO = Path(__file__).resolve().parents[2]
-PROTOBUF_JAR = REPO / ".cache" / "jars" / "spark-raw" / "protobuf-java-4.33.0.jar"
 INGEST = "waku.pipeline.v1.IngestRecord"
 SUBSCRIPTION = "waku.pipeline.v1.SubscriptionEvent"
 PUSH = "waku.pipeline.v1.PushRecord"
@@ -59,39 +53,8 @@ def test_spark_schema_ingest_record():
 # --- Spark ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def proto_decode_jar(tmp_path_factory) -> Path:
-    prebuilt = os.environ.get("WAKU_PROTO_DECODE_JAR")
-    if prebuilt:
-        return Path(prebuilt)
-    if shutil.which("javac") is None:
-        pytest.skip("javac not installed")
-    out = tmp_path_factory.mktemp("jars")
-    res = subprocess.run(
-        [str(REPO / "jvm" / "build.sh"), str(out)], capture_output=True, text=True, check=False
-    )
-    assert res.returncode == 0, res.stderr
-    jar = Path(res.stdout.strip().splitlines()[-1])
-    assert jar.is_file()
-    return jar
-
-
-@pytest.fixture(scope="session")
-def spark(proto_decode_jar):
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("test-proto-decode")
-        .config("spark.jars", f"{proto_decode_jar},{PROTOBUF_JAR}")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+# `spark` is the shared session of tests/conftest.py: its jars are the set-up's cache, which
+# holds the decoder jar built by jvm/build.sh.
 
 
 def _decode(spark, values: list[bytes | None], message_name: str) -> list:

@@ -1,0 +1,69 @@
+"""Shared fixtures: one embedded Kafka broker and one SparkSession for the whole test run."""
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from pipeline.config import Config, load_config
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def test_root(tmp_path_factory: pytest.TempPathFactory):
+    return tmp_path_factory.mktemp("waku")
+
+
+@pytest.fixture(scope="session")
+def kafka_ports() -> tuple[int, int]:
+    return free_port(), free_port()
+
+
+@pytest.fixture(scope="session")
+def config(test_root, kafka_ports) -> Config:
+    """The test configuration: broker on free ports, warehouse and checkpoints in a tmp dir.
+    WAKU_TEST_BOOTSTRAP_SERVERS=host:port runs the tests against an existing cluster instead."""
+    external = os.environ.get("WAKU_TEST_BOOTSTRAP_SERVERS", "")
+    port, controller = kafka_ports
+    return load_config([
+        f"kafka.bootstrap_servers={external}",
+        f"embedded_kafka.port={port}",
+        f"embedded_kafka.controller_port={controller}",
+        f"embedded_kafka.data_dir={test_root / 'kafka'}",
+        f"warehouse.root={test_root / 'warehouse'}",
+        f"warehouse.checkpoints={test_root / 'checkpoints'}",
+        "spark.master=local[2]",
+        "spark.shuffle_partitions=2",
+    ])
+
+
+@pytest.fixture(scope="session")
+def kafka(config: Config) -> Iterator[str]:
+    """Bootstrap servers of a running broker (embedded unless configured otherwise)."""
+    if not config.uses_embedded_kafka():
+        yield config.bootstrap_servers()
+        return
+    from pipeline.embedded_kafka import EmbeddedKafka
+
+    broker = EmbeddedKafka.from_config(config)
+    broker.start()
+    try:
+        yield broker.bootstrap_servers
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(config: Config):
+    from pipeline.session import build_session
+
+    session = build_session(config, "tests")
+    yield session
+    session.stop()
