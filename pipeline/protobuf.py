@@ -146,13 +146,17 @@ def register(spark: SparkSession, message_name: str) -> str:
     return name
 
 
-def from_protobuf(data: Column | str, messageName: str) -> Column:  # noqa: N803 (pyspark's names)
+def from_protobuf(
+    data: Column | str, messageName: str, spark: SparkSession | None = None  # noqa: N803
+) -> Column:
     """Decodes protobuf bytes in column `data` into a struct of `messageName`.
 
     Same leading signature and PERMISSIVE semantics as
-    `pyspark.sql.protobuf.functions.from_protobuf`; runs the Java UDF in the active session.
+    `pyspark.sql.protobuf.functions.from_protobuf`; runs the Java UDF. Pass the session of the
+    DataFrame it is used on (`df.sparkSession`) when that is not the active one, as inside a
+    streaming foreachBatch, where each batch runs in a cloned session.
     """
-    spark = SparkSession.getActiveSession()
+    spark = spark or SparkSession.getActiveSession()
     if spark is None:
         raise RuntimeError("pipeline.protobuf.from_protobuf needs an active SparkSession")
     name = register(spark, messageName)

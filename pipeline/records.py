@@ -27,7 +27,7 @@ def decode_ingest_records(kafka_df: "DataFrame") -> "DataFrame":
     value is not an IngestRecord; such rows keep only raw value and lineage)."""
     from pyspark.sql import functions as F
 
-    rec = from_protobuf(F.col("value"), INGEST_RECORD)
+    rec = from_protobuf(F.col("value"), INGEST_RECORD, kafka_df.sparkSession)
     df = kafka_df.select(
         F.col("value").alias("raw_value"),
         F.col("topic").alias("kafka_topic"),

@@ -68,8 +68,6 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 
 def test_kafka_source_decode_delta_read_back(spark, kafka, config, tmp_path):
-    from pipeline.embedded_kafka import EmbeddedKafka  # noqa: F401  (broker started by fixture)
-
     topic = f"waku.messages.{uuid.uuid4().hex[:8]}"
     from kafka.admin import KafkaAdminClient, NewTopic
 
