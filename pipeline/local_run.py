@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-demo", action="store_true", help="do not produce demo messages")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING)
     try:
         config = config_from_args(args)
         return run(config, args)
@@ -78,6 +79,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
 
     broker = None
     store_job = None
+    producer = None
     stopping = False
 
     def on_signal(signum, frame):  # noqa: ARG001
@@ -122,11 +124,13 @@ def run(config: Config, args: argparse.Namespace) -> int:
             if time.monotonic() - last_report >= 5:
                 last_report = time.monotonic()
                 count = stored_count(config)
-                log.info("demo messages produced: %d; rows in the Delta store: %s", sent,
+                log.info("demo messages produced this run: %d; rows in the Delta store: %s", sent,
                          "table not created yet" if count is None else count)
             time.sleep(1)
         return 0
     finally:
+        if producer is not None:
+            producer.close()
         if store_job is not None and store_job.poll() is None:
             log.info("stopping the store job")
             os.killpg(store_job.pid, signal.SIGTERM)
