@@ -3,24 +3,24 @@
 # from_protobuf, see pipeline/protobuf.py) plus schemas/waku.desc as the classpath resource
 # /waku.desc. Plain javac + jar, no Maven.
 #
-# Usage: jvm/build.sh [OUT_DIR]     (default: /work/main/.cache/jars/spark)
+# Usage: jvm/build.sh [OUT_DIR]     (default: <repo>/.cache/jars/spark)
 # Env:   PYTHON         python whose pyspark jars to compile against (default: <repo>/.venv/bin/python)
-#        PROTOBUF_JAR   protobuf-java jar (default: <repo>/.cache/jars/spark-raw/protobuf-java-4.33.0.jar)
+#        PROTOBUF_JAR   protobuf-java jar (default: the protobuf-java jar resolved into <repo>/.cache/jars/spark)
 # Prints the jar's path. Skips the build when the jar is newer than every source and waku.desc.
 set -euo pipefail
 
 JVM_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$JVM_DIR")"
-OUT_DIR="${1:-/work/main/.cache/jars/spark}"
+OUT_DIR="${1:-$REPO/.cache/jars/spark}"
 PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
-PROTOBUF_JAR="${PROTOBUF_JAR:-$REPO/.cache/jars/spark-raw/protobuf-java-4.33.0.jar}"
+PROTOBUF_JAR="${PROTOBUF_JAR:-$(ls "$REPO"/.cache/jars/spark/protobuf-java-*.jar 2>/dev/null | head -1)}"
 DESC="$REPO/schemas/waku.desc"
 JAR="$OUT_DIR/waku-proto-decode.jar"
 
 command -v javac >/dev/null 2>&1 || { echo "jvm/build.sh: javac not found; install a JDK 17+ (e.g. apt-get install openjdk-17-jdk-headless)" >&2; exit 1; }
 command -v jar >/dev/null 2>&1 || { echo "jvm/build.sh: jar tool not found; install a full JDK 17+" >&2; exit 1; }
 [ -f "$DESC" ] || { echo "jvm/build.sh: $DESC missing; run: python -m schemas.generate" >&2; exit 1; }
-[ -f "$PROTOBUF_JAR" ] || { echo "jvm/build.sh: protobuf-java jar not found at $PROTOBUF_JAR" >&2; exit 1; }
+[ -f "$PROTOBUF_JAR" ] || { echo "error: protobuf-java jar not found in .cache/jars/spark: run scripts/resolve_jars.py (make setup)" >&2; exit 1; }
 
 mapfile -t SOURCES < <(find "$JVM_DIR/src" -name '*.java' | sort)
 
