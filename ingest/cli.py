@@ -1,0 +1,178 @@
+"""``waku-bridge``: run the ingest bridge, publish WakuMessages over relay, show the peer id.
+
+    waku-bridge run [--config FILE] [--set bridge.tcp_port=60000 ...]
+    waku-bridge publish --peer /ip4/127.0.0.1/tcp/60000/p2p/<id> [--count N] [--rate R] ...
+    waku-bridge id [--set bridge.key_file=...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+import trio
+
+from ingest.host import ListenError
+from ingest.node import BridgeError
+from ingest.identity import IdentityError, load_or_create_key, peer_id_of
+from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC, Limits, check_pubsub_topic
+from pipeline.config import ConfigError, add_config_arguments, config_from_args
+
+log = logging.getLogger("ingest.cli")
+
+
+class PublishError(Exception):
+    pass
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        for noisy in ("kafka", "libp2p", "multiaddr", "async_service"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+async def _stop_on_signal(stop: "callable[[], None]") -> None:  # type: ignore[valid-type]
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("%s received: shutting down", signal.Signals(signum).name)
+            stop()
+            return
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ingest.node import Bridge
+    from ingest.settings import BridgeSettings
+
+    settings = BridgeSettings.from_config(config_from_args(args))
+    bridge = Bridge(settings)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_signal, bridge.stop)
+            await bridge.run()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    return 0
+
+
+def cmd_id(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    key_pair, _ = load_or_create_key(config.path("bridge.key_file"))
+    print(peer_id_of(key_pair).to_base58())
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from ingest.publisher import Publisher, demo_message
+    from ingest.settings import parse_peer
+
+    config = config_from_args(args)
+    limits = Limits(config.get("limits.max_message_bytes"), config.get("limits.max_meta_bytes"))
+    peers = [parse_peer(p, "--peer") for p in args.peer]
+    why = check_pubsub_topic(args.pubsub_topic)
+    if why:
+        raise ConfigError(f"--pubsub-topic: {why}")
+    stopping = trio.Event()
+
+    async def main() -> None:
+        pub = Publisher(limits=limits)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_signal, stopping.set)
+            async with pub.running([args.pubsub_topic]):
+                for info in peers:
+                    try:
+                        await pub.connect(info, timeout=args.wait_s)
+                    except trio.TooSlowError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - dial errors come in many types
+                        raise PublishError(f"cannot connect to {info.peer_id}: {exc}") from None
+                await pub.wait_for_mesh(args.pubsub_topic, peers=len(peers), timeout=args.wait_s)
+                began = time.time()
+                print(json.dumps({"event": "publishing", "time": began}), flush=True)
+                interval = 1.0 / args.rate if args.rate > 0 else 0.0
+                next_at = time.monotonic()
+                last_report = time.monotonic()
+                i = 0
+                while (args.count == 0 or i < args.count) and not stopping.is_set():
+                    msg = demo_message(i, args.content_topic, args.payload_size, args.payload)
+                    await pub.publish(msg, args.pubsub_topic)
+                    i += 1
+                    if interval:
+                        next_at += interval
+                        delay = next_at - time.monotonic()
+                        if delay > 0:
+                            await trio.sleep(delay)
+                    elif i % 64 == 0:
+                        await trio.sleep(0)  # let the sending loop run
+                    if time.monotonic() - last_report >= 5:
+                        last_report = time.monotonic()
+                        log.info("published %d messages", i)
+                # Let the last frames leave before the connection closes.
+                with trio.move_on_after(args.wait_s):
+                    while any(len(q) for q in pub.pubsub.peer_queues.values()):
+                        await trio.sleep(0.01)
+                    await trio.sleep(0.2)
+                took = time.time() - began
+                print(json.dumps({"event": "done", "published": i, "seconds": round(took, 3),
+                                  "messages_per_s": round(i / took, 1) if took > 0 else None}), flush=True)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="waku-bridge", description="Waku relay -> Kafka ingest bridge")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logs")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the bridge until SIGINT/SIGTERM (settings: [bridge] in conf/pipeline.toml)")
+    add_config_arguments(run)
+    run.set_defaults(func=cmd_run)
+
+    ident = sub.add_parser("id", help="print the bridge's peer id (creates the key file if missing)")
+    add_config_arguments(ident)
+    ident.set_defaults(func=cmd_id)
+
+    pub = sub.add_parser("publish", help="publish WakuMessages over relay to the given peers")
+    add_config_arguments(pub)
+    pub.add_argument("--peer", action="append", required=True, metavar="MULTIADDR",
+                     help="peer to connect to, /.../p2p/<peer id> (repeatable)")
+    pub.add_argument("--pubsub-topic", default=DEFAULT_PUBSUB_TOPIC)
+    pub.add_argument("--content-topic", default="/waku-pipeline/1/demo/proto")
+    pub.add_argument("--count", type=int, default=10, help="messages to publish (0: until SIGINT/SIGTERM)")
+    pub.add_argument("--rate", type=float, default=0.0, help="messages per second (0: as fast as possible)")
+    pub.add_argument("--payload-size", type=int, default=0, help="random payload of this many bytes")
+    pub.add_argument("--payload", default="hello waku #{i}", help="text payload ({i}: message number)")
+    pub.add_argument("--wait-s", type=float, default=30.0, help="how long to wait for peers and the mesh")
+    pub.set_defaults(func=cmd_publish)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    try:
+        return args.func(args)
+    except (ConfigError, IdentityError, ListenError, BridgeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except PublishError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except trio.TooSlowError:
+        print("error: the peers did not join the relay mesh in time (--wait-s)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

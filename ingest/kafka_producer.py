@@ -1,0 +1,321 @@
+"""Bounded hand-off of ingest records from the trio relay to Kafka, with delivery confirmation.
+
+kafka-python's KafkaProducer is thread based: ``send`` can block (metadata, full buffer) and
+acknowledgements arrive on its I/O thread. So the trio side never calls it: ``put`` appends to
+a deque that a feeder thread drains into ``send``, and acknowledgements come back to trio in
+batches through ``TrioToken.run_sync_soon``.
+
+The bound counts records handed over but not yet acknowledged. When it is reached, ``put``
+waits (the relay stops reading, and flow control slows the peers) for up to
+``backpressure_timeout_s``; a record still without room then is dropped, counted and logged.
+A record whose delivery fails with a retriable error (broker down past the delivery timeout)
+is sent again, it stays counted against the bound; one refused for good is dropped, counted and
+logged. Nothing is dropped silently. ``close`` waits for every record to be acknowledged.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from ingest import kafka_crc
+
+log = logging.getLogger("ingest.kafka")
+
+_LOG_EVERY_S = 10.0
+
+
+@dataclass(slots=True)
+class _Record:
+    key: bytes
+    value: bytes
+    arrival: float  # time.perf_counter() when the message arrived
+    attempts: int = 0
+
+
+@dataclass
+class ProducerStats:
+    """Callbacks for the metrics; each may be called from any thread."""
+
+    produced: Callable[[int], None] = lambda n: None
+    dropped: Callable[[str, int], None] = lambda reason, n: None
+    ack_latency: Callable[[float], None] = lambda seconds: None
+    outstanding: Callable[[int], None] = lambda n: None
+
+
+@dataclass
+class ProducerSettings:
+    bootstrap_servers: str
+    topic: str
+    max_outstanding: int = 10_000
+    backpressure_timeout_s: float = 5.0
+    linger_ms: int = 5
+    batch_bytes: int = 256 * 1024
+    delivery_timeout_ms: int = 30_000
+    close_timeout_s: float = 30.0
+    client_options: Mapping[str, str] = field(default_factory=dict)
+
+
+class KafkaUnavailable(Exception):
+    pass
+
+
+class IngestProducer:
+    """Use as ``async with IngestProducer(settings, stats) as producer: await producer.put(...)``."""
+
+    def __init__(self, settings: ProducerSettings, stats: ProducerStats | None = None) -> None:
+        self.settings = settings
+        self.stats = stats or ProducerStats()
+        self._pending: collections.deque[_Record] = collections.deque()  # trio -> feeder
+        self._acked: collections.deque[tuple[_Record, BaseException | None]] = collections.deque()
+        self._drain_scheduled = False
+        self._wake = threading.Event()
+        self._closing = False
+        self._outstanding = 0  # only touched on the trio thread
+        self._room = trio.Event()
+        self._idle = trio.Event()
+        self._idle.set()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._thread: threading.Thread | None = None
+        self._producer: Any = None
+        self._last_ack = time.monotonic()
+        self._overflowing = False
+        self._warned: dict[str, float] = {}
+        self._last_error: BaseException | None = None
+        self.failed: BaseException | None = None  # set when the feeder thread died
+        self.dropped: collections.Counter[str] = collections.Counter()
+        self.crc = kafka_crc.install()
+
+    # -- trio side -------------------------------------------------------------------------
+
+    @property
+    def outstanding(self) -> int:
+        """Records handed over and not yet acknowledged (or dropped)."""
+        return self._outstanding
+
+    async def __aenter__(self) -> "IngestProducer":
+        self._token = trio.lowlevel.current_trio_token()
+        self._thread = threading.Thread(target=self._feed, name="kafka-feeder", daemon=True)
+        self._thread.start()
+        log.info("kafka: producing to %s on %s (acks=all, at most %d records buffered, CRC32C: %s)",
+                 self.settings.topic, self.settings.bootstrap_servers, self.settings.max_outstanding, self.crc)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with trio.CancelScope(shield=True):
+            await self.close()
+
+    async def put(self, key: bytes, value: bytes, arrival: float) -> bool:
+        """Hand one record over; False when it had to be dropped (already counted and logged)."""
+        if self._closing:
+            self._drop("shutdown", 1, "kafka: producer closing, record dropped")
+            return False
+        if self._outstanding >= self.settings.max_outstanding:
+            if not await self._wait_for_room():
+                self._drop("kafka_backlog", 1,
+                           "kafka: %d records unacknowledged for %.0f s (bound reached), dropping records",
+                           self._outstanding, self.settings.backpressure_timeout_s)
+                return False
+        self._outstanding += 1
+        if self._idle.is_set():
+            self._idle = trio.Event()
+        self._pending.append(_Record(key, value, arrival))
+        self._wake.set()
+        return True
+
+    async def _wait_for_room(self) -> bool:
+        if self._overflowing:
+            # Already waited out the timeout with no progress: drop at once until there is room.
+            return False
+        self._warn("backpressure", "kafka: %d records unacknowledged (bound reached): relay paused "
+                   "until Kafka catches up", self._outstanding)
+        try:
+            with trio.move_on_after(self.settings.backpressure_timeout_s):
+                while self._outstanding >= self.settings.max_outstanding:
+                    await self._room.wait()
+                return True
+        except trio.Cancelled:
+            self._drop("shutdown", 1, "kafka: shutdown while waiting for room, record dropped")
+            raise
+        self._overflowing = True
+        return False
+
+    async def wait_idle(self) -> None:
+        """Until every record handed over so far is acknowledged or dropped."""
+        await self._idle.wait()
+
+    async def close(self) -> None:
+        """Wait (up to close_timeout_s) for every record to be acknowledged, then stop."""
+        if self._thread is None:
+            return
+        if self._outstanding:
+            log.info("kafka: flushing %d records", self._outstanding)
+        with trio.move_on_after(self.settings.close_timeout_s):
+            await self._idle.wait()
+        self._closing = True
+        self._wake.set()
+        await trio.to_thread.run_sync(self._thread.join)
+        self._drain_acks()
+        if self._outstanding:
+            self._drop("shutdown", self._outstanding,
+                       "kafka: %d records not acknowledged within %.0f s of shutdown",
+                       self._outstanding, self.settings.close_timeout_s)
+            self._outstanding = 0
+        self._thread = None
+        log.info("kafka: producer closed")
+
+    def _drain_acks(self) -> None:
+        """On the trio thread: account for acknowledged / failed records."""
+        self._drain_scheduled = False
+        done = 0
+        retry: list[_Record] = []
+        while self._acked:
+            record, error = self._acked.popleft()
+            if error is None:
+                done += 1
+            elif getattr(error, "retriable", False) or _is_timeout(error):
+                retry.append(record)
+            else:
+                done += 1
+                self._drop("kafka_rejected", 1, "kafka: record refused for good: %r", error)
+        if retry:
+            self._warn("retry", "kafka: delivery of %d records failed (%s), sending them again",
+                       len(retry), type(self._last_error).__name__)
+            for r in retry:
+                r.attempts += 1
+                self._pending.append(r)
+            self._wake.set()
+        if done:
+            self._outstanding -= done
+            self._last_ack = time.monotonic()
+            self._overflowing = False
+            self._room.set()
+            self._room = trio.Event()
+            if self._outstanding == 0:
+                self._idle.set()
+        self.stats.outstanding(self._outstanding)
+
+    # -- feeder / I/O threads ---------------------------------------------------------------
+
+    def _on_done(self, record: _Record, error: BaseException | None) -> None:
+        if error is None:
+            self.stats.produced(1)
+            self.stats.ack_latency(time.perf_counter() - record.arrival)
+        else:
+            self._last_error = error
+        self._acked.append((record, error))
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            try:
+                assert self._token is not None
+                self._token.run_sync_soon(self._drain_acks)
+            except trio.RunFinishedError:
+                pass
+
+    def _connect(self) -> Any:
+        from kafka import KafkaProducer
+        from kafka.errors import KafkaError
+
+        s = self.settings
+        options: dict[str, Any] = {
+            "bootstrap_servers": s.bootstrap_servers.split(","),
+            "acks": "all",
+            "enable_idempotence": True,
+            "linger_ms": s.linger_ms,
+            "batch_size": s.batch_bytes,
+            "delivery_timeout_ms": s.delivery_timeout_ms,
+            "request_timeout_ms": min(30_000, max(1_000, s.delivery_timeout_ms - s.linger_ms - 1)),
+            "max_request_size": 4 * 1024 * 1024,
+            "metrics_enabled": False,
+            "client_id": "waku-bridge",
+        }
+        options.update(_client_options(s.client_options))
+        backoff = 1.0
+        while not self._closing:
+            try:
+                return KafkaProducer(**options)
+            except KafkaError as exc:
+                self._warn("connect", "kafka: cannot reach %s (%s); %d records buffered, retrying",
+                           s.bootstrap_servers, exc, len(self._pending))
+                self._wake.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+        return None
+
+    def _feed(self) -> None:
+        try:
+            self._feed_loop()
+        except BaseException as exc:  # noqa: BLE001 - reported to the node, which stops
+            log.error("kafka: the producer failed: %s: %s", type(exc).__name__, exc, exc_info=True)
+            self.failed = exc
+
+    def _feed_loop(self) -> None:
+        from kafka.errors import KafkaTimeoutError
+
+        producer = self._producer = self._connect()
+        try:
+            while producer is not None:
+                self._wake.wait(1.0)
+                self._wake.clear()
+                while self._pending:
+                    record = self._pending.popleft()
+                    try:
+                        future = producer.send(self.settings.topic, key=record.key, value=record.value)
+                    except KafkaTimeoutError as exc:  # no metadata / buffer full for max_block_ms
+                        self._pending.appendleft(record)
+                        self._warn("send", "kafka: cannot send (%s); %d records waiting", exc, len(self._pending))
+                        break
+                    except Exception as exc:  # noqa: BLE001 - e.g. record too large: final
+                        self._on_done(record, exc)
+                        continue
+                    future.add_callback(lambda _md, r=record: self._on_done(r, None))
+                    future.add_errback(lambda e, r=record: self._on_done(r, e))
+                if self._closing:
+                    break
+                if not self._pending:
+                    self._report_stall()
+        finally:
+            if producer is not None:
+                try:
+                    producer.flush(timeout=5)
+                finally:
+                    producer.close(timeout=5)
+
+    def _report_stall(self) -> None:
+        if self._outstanding and time.monotonic() - self._last_ack > _LOG_EVERY_S:
+            self._warn("stall", "kafka: no acknowledgement for %.0f s; %d records buffered (bound %d)",
+                       time.monotonic() - self._last_ack, self._outstanding, self.settings.max_outstanding)
+
+    # -- logging ---------------------------------------------------------------------------
+
+    def _drop(self, reason: str, n: int, msg: str, *args: Any) -> None:
+        self.stats.dropped(reason, n)
+        self.dropped[reason] += n
+        self._warn("drop:" + reason, msg + " [%d dropped for %s so far]", *args, self.dropped[reason], reason,
+                   level=logging.ERROR)
+
+    def _warn(self, kind: str, msg: str, *args: Any, level: int = logging.WARNING) -> None:
+        now = time.monotonic()
+        if now - self._warned.get(kind, -_LOG_EVERY_S) >= _LOG_EVERY_S:
+            self._warned[kind] = now
+            log.log(level, msg, *args)
+
+
+def _is_timeout(error: BaseException) -> bool:
+    from kafka.errors import KafkaTimeoutError
+
+    return isinstance(error, KafkaTimeoutError)
+
+
+def _client_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """kafka.client_options (Java-style names: security.protocol=SSL) as kafka-python kwargs."""
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        key = name.replace(".", "_")
+        out[key] = int(value) if value.isdigit() else value
+    return out

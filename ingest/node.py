@@ -1,0 +1,195 @@
+"""The bridge node: a libp2p host on Waku relay whose accepted messages become ingest records
+on Kafka, plus static peers, metrics and graceful shutdown.
+
+    bridge = Bridge(BridgeSettings.from_config(config))
+    trio.run(bridge.run)          # until bridge.stop(); then the producer is flushed
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, TextIO
+
+import multiaddr
+import trio
+from libp2p.crypto.keys import KeyPair
+from libp2p.tools.anyio_service import background_trio_service
+
+from ingest.host import ListenError, build_host, check_listen_addrs, listen_addrs
+from ingest.identity import load_or_create_key, peer_id_of
+from ingest.kafka_producer import IngestProducer, ProducerSettings
+from ingest.metrics import BridgeMetrics
+from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
+from ingest.relay.validator import WakuMessageValidator
+from ingest.settings import BridgeSettings
+from pipeline.hashing import message_hash
+from schemas import pipeline_records_pb2 as pr
+from schemas.waku_message_pb2 import WakuMessage
+
+log = logging.getLogger("ingest.bridge")
+
+_MESSAGE_FIELD_TAG = b"\x12"  # IngestRecord.message: field 2, length-delimited
+
+
+def ingest_key(pubsub_topic: str, msg: WakuMessage) -> bytes:
+    """The Kafka key: the 14/WAKU2-MESSAGE message hash (the store's de-duplication key; an old
+    peer's seconds timestamp counts as nanoseconds, as the store decodes it)."""
+    if msg.HasField("timestamp"):
+        ts: int | None = msg.timestamp
+    elif msg.HasField("legacy_timestamp"):
+        ts = int(msg.legacy_timestamp * 1e9)
+    else:
+        ts = None
+    return message_hash(pubsub_topic, msg.payload, msg.content_topic,
+                        msg.meta if msg.HasField("meta") else None, ts)
+
+
+def ingest_value(pubsub_topic: str, data: bytes, received_time: float, bridge_id: str) -> bytes:
+    """The IngestRecord bytes, embedding the WakuMessage exactly as received (`data`) rather
+    than re-encoding it: protobuf fields may come in any order, and this keeps every byte."""
+    head = pr.IngestRecord(pubsub_topic=pubsub_topic, received_time=received_time,
+                           source=pr.RELAY, bridge_id=bridge_id).SerializeToString()
+    return head + _MESSAGE_FIELD_TAG + _uvarint(len(data)) + data
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+class BridgeError(Exception):
+    """The bridge cannot go on; the message is one line for the user."""
+
+
+class Bridge:
+    """One bridge process's node. `run` until `stop`; `addrs` are its listen multiaddrs."""
+
+    def __init__(
+        self,
+        settings: BridgeSettings,
+        *,
+        key_pair: KeyPair | None = None,
+        metrics: BridgeMetrics | None = None,
+        out: TextIO | None = None,
+    ) -> None:
+        self.settings = settings
+        if key_pair is None:
+            key_pair, created = load_or_create_key(settings.key_file)
+            if created:
+                log.info("created key file %s", settings.key_file)
+        self.key_pair = key_pair
+        self.peer_id = peer_id_of(key_pair)
+        self.bridge_id = self.peer_id.to_base58()
+        self.metrics = metrics or BridgeMetrics()
+        self.out = out if out is not None else sys.stdout
+        self.listen_addrs = listen_addrs(settings.listen_host, settings.tcp_port, settings.ws_port)
+        self.addrs: list[multiaddr.Multiaddr] = []
+        self.metrics_port: int | None = None
+        self.router: WakuRelayRouter | None = None
+        self.pubsub: RelayPubsub | None = None
+        self.producer: IngestProducer | None = None
+        self.host: Any = None
+        self._stop = trio.Event()
+        self._metrics_server: Any = None
+
+    def stop(self) -> None:
+        """Ask `run` to shut down (from the trio thread)."""
+        self._stop.set()
+
+    async def _sink(self, topic: str, msg: WakuMessage, data: bytes, mid: bytes, received_time: float,
+                    arrival: float) -> None:
+        assert self.producer is not None
+        await self.producer.put(ingest_key(topic, msg), ingest_value(topic, data, received_time, self.bridge_id),
+                                arrival)
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        s = self.settings
+        check_listen_addrs(self.listen_addrs)
+        self.host = host = build_host(self.key_pair, self.listen_addrs)
+        self.router, self.pubsub = new_relay(
+            host, validator=WakuMessageValidator(s.limits), sink=self._sink, observer=self.metrics,
+            max_rpc_bytes=s.max_rpc_bytes,
+        )
+        producer_settings = ProducerSettings(
+            bootstrap_servers=s.bootstrap_servers, topic=s.messages_topic,
+            max_outstanding=s.producer_max_outstanding, backpressure_timeout_s=s.backpressure_timeout_s,
+            linger_ms=s.producer_linger_ms, delivery_timeout_ms=int(s.producer_delivery_timeout_s * 1000),
+            close_timeout_s=s.shutdown_timeout_s, client_options=s.client_options,
+        )
+        if s.metrics_port >= 0:
+            try:
+                self._metrics_server, self.metrics_port = self.metrics.serve(s.metrics_host, s.metrics_port)
+            except OSError as exc:
+                raise ListenError(f"cannot serve metrics on {s.metrics_host}:{s.metrics_port}: {exc.strerror}") from None
+        try:
+            async with IngestProducer(producer_settings, self.metrics.producer_stats()) as producer:
+                self.producer = producer
+                await self._run_relay(task_status)
+                log.info("relay stopped; waiting for Kafka to acknowledge %d buffered records", producer.outstanding)
+        finally:
+            if self._metrics_server is not None:
+                self._metrics_server.shutdown()
+                self._metrics_server.server_close()
+        log.info("bridge stopped: received %d, accepted %d, produced %d",
+                 self.metrics.received._value.get(), self.metrics.accepted._value.get(),
+                 self.metrics.produced._value.get())
+
+    async def _run_relay(self, task_status: Any) -> None:
+        assert self.pubsub is not None and self.router is not None
+        host, pubsub = self.host, self.pubsub
+        # Ports were checked free (check_listen_addrs), so listening fails only in a race.
+        async with host.run(self.listen_addrs), background_trio_service(pubsub), \
+                background_trio_service(self.router):
+            await pubsub.wait_until_ready()
+            for topic in self.settings.pubsub_topics:
+                await pubsub.join(topic)
+            self.addrs = list(host.get_addrs())
+            for addr in self.addrs:
+                print(f"listening on {addr}", file=self.out, flush=True)
+            log.info("bridge %s joined %s", self.bridge_id, ", ".join(self.settings.pubsub_topics))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._keep_dialled)
+                nursery.start_soon(self._update_gauges)
+                task_status.started(self)
+                await self._stop.wait()
+                nursery.cancel_scope.cancel()
+
+    async def _keep_dialled(self) -> None:
+        """Dial every static peer at start, and again whenever it is not connected."""
+        peers = self.settings.static_peers
+        if not peers:
+            return
+        failures: dict[str, int] = {}
+        while True:
+            for info in peers:
+                if self.host.get_network().connections.get(info.peer_id):
+                    continue
+                name = info.peer_id.to_base58()
+                try:
+                    with trio.fail_after(10):
+                        await self.host.connect(info)
+                    log.info("static peer %s connected%s", name,
+                             f" after {failures[name]} failed attempts" if failures.get(name) else "")
+                    failures.pop(name, None)
+                except Exception as exc:  # noqa: BLE001 - any dial failure: log and retry
+                    n = failures[name] = failures.get(name, 0) + 1
+                    level = logging.WARNING if n == 1 or n % 30 == 0 else logging.DEBUG
+                    log.log(level, "static peer %s: dial failed (%s: %s), attempt %d; retrying every %.0f s",
+                            name, type(exc).__name__, exc, n, self.settings.redial_interval_s)
+            await trio.sleep(self.settings.redial_interval_s)
+
+    async def _update_gauges(self) -> None:
+        """Gauges, and a watch on the producer: if its thread died the bridge stops with an error."""
+        while True:
+            if self.pubsub is not None:
+                self.metrics.peers.set(len(self.pubsub.peers))
+            if self.producer is not None and self.producer.failed is not None:
+                raise BridgeError(f"kafka producer failed: {self.producer.failed}")
+            await trio.sleep(0.5)

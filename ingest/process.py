@@ -1,0 +1,120 @@
+"""Start the bridge and the demo publisher as child processes (for `pipeline/local_run.py`, the
+benchmarks and the tests).
+
+    bridge = start_bridge(["kafka.bootstrap_servers=127.0.0.1:9092", "bridge.tcp_port=0"])
+    print(bridge.addrs[0])           # /ip4/.../tcp/.../p2p/<peer id>, read from its stdout
+    demo = start_publisher(bridge.tcp_addr, rate=5, count=0)
+    ...
+    demo.terminate(); bridge.stop()  # SIGTERM: the bridge flushes Kafka, then exits 0
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def bridge_command(overrides: Sequence[str] = (), config_file: str | None = None) -> list[str]:
+    """argv of `waku-bridge run` with `--set` overrides (same interpreter, works without install)."""
+    cmd = [sys.executable, "-m", "ingest.cli", "run"]
+    if config_file:
+        cmd += ["--config", config_file]
+    for item in overrides:
+        cmd += ["--set", item]
+    return cmd
+
+
+def publisher_command(peer: str, *, rate: float = 5.0, count: int = 0, payload_size: int = 0,
+                      pubsub_topic: str | None = None, content_topic: str | None = None) -> list[str]:
+    """argv of `waku-bridge publish` (count 0: until SIGTERM)."""
+    cmd = [sys.executable, "-m", "ingest.cli", "publish", "--peer", peer, "--rate", str(rate),
+           "--count", str(count)]
+    if payload_size:
+        cmd += ["--payload-size", str(payload_size)]
+    if pubsub_topic:
+        cmd += ["--pubsub-topic", pubsub_topic]
+    if content_topic:
+        cmd += ["--content-topic", content_topic]
+    return cmd
+
+
+@dataclass
+class BridgeProcess:
+    proc: subprocess.Popen[str]
+    addrs: list[str]
+    lines: list[str] = field(default_factory=list)  # everything it printed on stdout
+
+    @property
+    def peer_id(self) -> str:
+        return self.addrs[0].rsplit("/p2p/", 1)[1]
+
+    @property
+    def tcp_addr(self) -> str:
+        return next(a for a in self.addrs if "/ws/" not in a and "/wss/" not in a)
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM, wait for the flush and exit; SIGKILL after `timeout`. Returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def start_bridge(
+    overrides: Sequence[str] = (),
+    *,
+    config_file: str | None = None,
+    log: IO[str] | int | None = None,
+    timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+) -> BridgeProcess:
+    """Start `waku-bridge run` and wait for its `listening on` lines. Its stderr (logs) goes to
+    `log` (a file, subprocess.DEVNULL, or None: inherited). Raises RuntimeError if it exits
+    or prints nothing in `timeout` seconds."""
+    proc = subprocess.Popen(
+        bridge_command(overrides, config_file), stdout=subprocess.PIPE, stderr=log, text=True,
+        cwd=REPO_ROOT, env={**os.environ, **(env or {})}, start_new_session=True,
+    )
+    bridge = BridgeProcess(proc, [])
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            bridge.lines.append(line)
+            if line.startswith("listening on "):
+                bridge.addrs.append(line[len("listening on "):])
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"waku-bridge exited with {proc.returncode} before listening")
+        if bridge.addrs:
+            time.sleep(0.2)  # every listener prints its line at once
+            return bridge
+        time.sleep(0.05)
+    bridge.stop(5)
+    raise RuntimeError(f"waku-bridge printed no listen address within {timeout:.0f} s")
+
+
+def start_publisher(peer: str, *, rate: float = 5.0, count: int = 0, payload_size: int = 0,
+                    log: IO[str] | int | None = None, **kwargs: str) -> subprocess.Popen[str]:
+    """Start `waku-bridge publish` towards `peer`; its stdout has JSON progress lines."""
+    return subprocess.Popen(
+        publisher_command(peer, rate=rate, count=count, payload_size=payload_size, **kwargs),
+        stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO_ROOT, start_new_session=True,
+    )

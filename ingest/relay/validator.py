@@ -1,0 +1,35 @@
+"""The WakuMessage topic validator registered on every relay pubsub topic.
+
+It is a plain py-libp2p synchronous validator (``validator(forwarder, msg) -> bool``) so any
+Pubsub can use it; the relay pubsub calls :meth:`check` instead, which also returns the decoded
+WakuMessage and the rejection reason, so each message is decoded once and counted by reason.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from schemas.waku_message_pb2 import WakuMessage
+
+from ingest.relay.codec import Limits, Reject, check_no_sign, decode_waku_message
+
+
+class WakuMessageValidator:
+    """StrictNoSign plus 14/WAKU2-MESSAGE validation of a pubsub message."""
+
+    def __init__(self, limits: Limits = Limits(), on_reject: Callable[[Reject], None] | None = None) -> None:
+        self.limits = limits
+        self.on_reject = on_reject
+
+    def check(self, msg: Any) -> tuple[WakuMessage | None, Reject | None]:
+        """(decoded message, None) when valid, else (None, reason). `msg` is an rpc_pb2.Message."""
+        reason = check_no_sign(msg.from_id, msg.seqno, msg.signature, msg.key)
+        if reason is not None:
+            return None, reason
+        return decode_waku_message(msg.data, self.limits)
+
+    def __call__(self, forwarder: Any, msg: Any) -> bool:  # noqa: ARG002 - py-libp2p signature
+        _, reason = self.check(msg)
+        if reason is not None and self.on_reject is not None:
+            self.on_reject(reason)
+        return reason is None

@@ -1,0 +1,98 @@
+"""The bridge's settings, read from the one configuration (section [bridge], plus kafka.*,
+topics.messages and limits.*) and checked, with ConfigError one-liners for bad values."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import multiaddr
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+
+from ingest.relay.codec import Limits, check_pubsub_topic
+from pipeline.config import Config, ConfigError
+
+
+@dataclass(frozen=True)
+class BridgeSettings:
+    key_file: str
+    listen_host: str
+    tcp_port: int
+    ws_port: int
+    static_peers: tuple[PeerInfo, ...]
+    redial_interval_s: float
+    pubsub_topics: tuple[str, ...]
+    metrics_host: str
+    metrics_port: int
+    bootstrap_servers: str
+    client_options: dict[str, str]
+    messages_topic: str
+    limits: Limits
+    producer_max_outstanding: int
+    backpressure_timeout_s: float
+    producer_linger_ms: int
+    producer_delivery_timeout_s: float
+    shutdown_timeout_s: float
+    max_rpc_bytes: int
+
+    @classmethod
+    def from_config(cls, config: Config) -> "BridgeSettings":
+        b = config["bridge"]
+        for key in ("tcp_port",):
+            _port(f"bridge.{key}", b[key], allow_off=False)
+        for key in ("ws_port", "metrics_port"):
+            _port(f"bridge.{key}", b[key], allow_off=True)
+        topics = tuple(b["pubsub_topics"])
+        if not topics:
+            raise ConfigError("bridge.pubsub_topics: expected at least one pubsub topic")
+        for topic in topics:
+            why = check_pubsub_topic(topic)
+            if why:
+                raise ConfigError(f"bridge.pubsub_topics: {why}")
+        peers = tuple(parse_peer(p, "bridge.static_peers") for p in b["static_peers"])
+        for key in ("producer_max_outstanding", "max_rpc_bytes"):
+            if b[key] < 1:
+                raise ConfigError(f"bridge.{key}: expected at least 1, got {b[key]}")
+        for key in ("redial_interval_s", "backpressure_timeout_s", "producer_delivery_timeout_s", "shutdown_timeout_s"):
+            if b[key] <= 0:
+                raise ConfigError(f"bridge.{key}: expected a positive number of seconds, got {b[key]}")
+        if b["producer_linger_ms"] < 0:
+            raise ConfigError(f"bridge.producer_linger_ms: expected 0 or more, got {b['producer_linger_ms']}")
+        limits = Limits(config.get("limits.max_message_bytes"), config.get("limits.max_meta_bytes"))
+        if b["max_rpc_bytes"] <= limits.max_message_bytes:
+            raise ConfigError(f"bridge.max_rpc_bytes: must exceed limits.max_message_bytes "
+                              f"({limits.max_message_bytes}), got {b['max_rpc_bytes']}")
+        return cls(
+            key_file=config.path("bridge.key_file"),
+            listen_host=b["listen_host"],
+            tcp_port=b["tcp_port"],
+            ws_port=b["ws_port"],
+            static_peers=peers,
+            redial_interval_s=b["redial_interval_s"],
+            pubsub_topics=topics,
+            metrics_host=b["metrics_host"],
+            metrics_port=b["metrics_port"],
+            bootstrap_servers=config.bootstrap_servers(),
+            client_options=config.kafka_client_options(),
+            messages_topic=config.get("topics.messages"),
+            limits=limits,
+            producer_max_outstanding=b["producer_max_outstanding"],
+            backpressure_timeout_s=b["backpressure_timeout_s"],
+            producer_linger_ms=b["producer_linger_ms"],
+            producer_delivery_timeout_s=b["producer_delivery_timeout_s"],
+            shutdown_timeout_s=b["shutdown_timeout_s"],
+            max_rpc_bytes=b["max_rpc_bytes"],
+        )
+
+
+def _port(key: str, value: int, allow_off: bool) -> None:
+    low = -1 if allow_off else 0
+    if not low <= value <= 65535:
+        extra = " (-1: off)" if allow_off else ""
+        raise ConfigError(f"{key}: expected a port 0-65535{extra}, got {value}")
+
+
+def parse_peer(text: str, key: str = "peer") -> PeerInfo:
+    """A multiaddr with /p2p/<peer id> as PeerInfo, or ConfigError."""
+    try:
+        return info_from_p2p_addr(multiaddr.Multiaddr(text))
+    except Exception as exc:  # noqa: BLE001 - multiaddr raises many types
+        raise ConfigError(f"{key}: {text!r} is not a multiaddr ending in /p2p/<peer id> ({exc})") from None

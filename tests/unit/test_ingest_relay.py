@@ -1,0 +1,244 @@
+"""Guards of the py-libp2p adaptation (ingest/relay/gossipsub.py): the pinned version, the source
+of every 0.8.1 method the relay replaces or relies on, and the behaviours the adaptation fixes.
+If a libp2p upgrade fails here, review the named override against the new code, then update
+the fingerprint."""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import inspect
+
+import pytest
+import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
+from libp2p.pubsub.mcache import MessageCache
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.rpc_queue import PriorityQueue, RpcQueue
+
+from ingest.host import build_host, listen_addrs
+from ingest.relay import gossipsub as relay
+from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC, RELAY_CODEC, RELAY_CODEC_BETA2, relay_message_id
+from ingest.relay.gossipsub import (
+    PINNED_LIBP2P_VERSION,
+    RelayMessageCache,
+    RelayObserver,
+    RelayPubsub,
+    WakuRelayRouter,
+    _FrameReader,
+)
+
+# sha256 (first 16 hex digits) of inspect.getsource() of each method in libp2p==0.8.1.
+FINGERPRINTS = {
+    "GossipSub.__init__": "aa2c7451de9a63fa",
+    "GossipSub.add_peer": "01b648c9e80b0b5c",
+    "GossipSub.remove_peer": "bc0ead5b37c88dc3",
+    "GossipSub.publish": "b978282af46297f7",
+    "GossipSub._check_equivocation": "4fc307cdaab33ada",
+    "GossipSub._check_spam_protection": "8fc21f9afd7d03c2",
+    "GossipSub._get_adaptive_gossip_peers_count": "9649a5fc46dd311c",
+    "GossipSub._get_peers_to_send": "1d2d334126ca87ec",
+    "GossipSub._handle_dropped_rpc": "c81733f1db845ea1",
+    "GossipSub.heartbeat": "5e68bdb5a65be44f",
+    "MessageCache.put": "bb1f483342005e12",
+    "MessageCache.__init__": "5ca688535edaa787",
+    "Pubsub.__init__": "fc7e7f95ffc4b135",
+    "Pubsub.push_msg": "1531483ab4d77674",
+    "Pubsub.publish": "5e875e00e471afb8",
+    "Pubsub.continuously_read_stream": "ac0c4ad87ca39288",
+    "Pubsub.handle_sending_messages": "4eb0b978f9c4b142",
+    "Pubsub.notify_subscriptions": "2fb1385e4bbf3c0a",
+    "Pubsub._handle_new_peer": "305ba4224e6151d7",
+    "RpcQueue.__init__": "29b912ed933ac51f",
+    "PriorityQueue.pop": "55ef546dd5a7ecf4",
+    "PriorityQueue.push": "998c43f9b739a544",
+}
+CLASSES = {"GossipSub": GossipSub, "MessageCache": MessageCache, "Pubsub": Pubsub, "RpcQueue": RpcQueue,
+           "PriorityQueue": PriorityQueue}
+
+
+def test_libp2p_is_the_pinned_version():
+    assert importlib.metadata.version("libp2p") == PINNED_LIBP2P_VERSION, (
+        "ingest/relay/gossipsub.py adapts libp2p 0.8.1; review it against the new version")
+
+
+@pytest.mark.parametrize("name", sorted(FINGERPRINTS))
+def test_replaced_libp2p_code_is_unchanged(name):
+    cls, _, method = name.partition(".")
+    source = inspect.getsource(getattr(CLASSES[cls], method))
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    assert digest == FINGERPRINTS[name], f"libp2p changed {name}: review its override in ingest/relay/gossipsub.py"
+
+
+def test_router_parameters_are_the_reference_nodes():
+    r = WakuRelayRouter()
+    assert r.get_protocols() == [RELAY_CODEC, RELAY_CODEC_BETA2]
+    assert (r.degree, r.degree_low, r.degree_high, r.degree_lazy) == (6, 4, 8, 6)
+    assert r.heartbeat_interval == 1
+    assert isinstance(r.mcache, RelayMessageCache)
+    assert not r.adaptive_gossip_enabled and not r.spam_protection_enabled and not r.eclipse_protection_enabled
+
+
+def test_heartbeat_stays_one_second():
+    """0.8.1's adaptive gossip would move a 1 s heartbeat to 30-60 s on poor health."""
+    r = WakuRelayRouter()
+    r._adapt_heartbeat_parameters(0.1)  # what 0.8.1 calls when adaptive gossip is on
+    r.heartbeat_interval = r.heartbeat_interval_base
+    assert not r.adaptive_gossip_enabled  # so the heartbeat never calls it
+    assert r.heartbeat_interval == 1
+
+
+def test_relay_protocol_ids_are_accepted_with_v11_semantics():
+    r = WakuRelayRouter()
+    with pytest.raises(ValueError):
+        GossipSub([RELAY_CODEC], 6, 4, 8).add_peer(ID(b"\x00\x01x"), RELAY_CODEC)  # 0.8.1 refuses it
+    for i, codec in enumerate((RELAY_CODEC, RELAY_CODEC_BETA2)):
+        peer = ID(bytes([0, 1, i]))
+        r.add_peer(peer, codec)
+        assert r.peer_protocol[peer] == PROTOCOL_ID_V11
+        assert r.wire_protocol[peer] == codec
+        r.remove_peer(peer)
+        assert peer not in r.wire_protocol
+
+
+def _unsigned(data: bytes) -> rpc_pb2.Message:
+    return rpc_pb2.Message(data=data, topicIDs=[DEFAULT_PUBSUB_TOPIC])
+
+
+def test_message_cache_is_keyed_by_relay_message_id():
+    plain = MessageCache(3, 5)
+    plain.put(_unsigned(b"one"))
+    plain.put(_unsigned(b"two"))
+    assert len(plain.msgs) == 1  # 0.8.1: every unsigned message has the key b""
+    cache = RelayMessageCache(3, 5)
+    cache.put(_unsigned(b"one"))
+    cache.put(_unsigned(b"two"))
+    assert cache.get(relay_message_id(b"one")).data == b"one"
+    assert cache.get(relay_message_id(b"two")).data == b"two"
+    assert cache.window(DEFAULT_PUBSUB_TOPIC) == [relay_message_id(b"one"), relay_message_id(b"two")]
+
+
+def test_unsigned_messages_are_not_equivocation():
+    plain = GossipSub(["/meshsub/1.1.0"], 6, 4, 8)
+    assert plain._check_equivocation(_unsigned(b"one"))
+    assert not plain._check_equivocation(_unsigned(b"two"))  # 0.8.1 refuses the second one
+    r = WakuRelayRouter()
+    assert r._check_equivocation(_unsigned(b"one")) and r._check_equivocation(_unsigned(b"two"))
+    assert r.equivocation_detection == {}
+
+
+def test_no_rate_limit_on_forwarders():
+    plain = GossipSub(["/meshsub/1.1.0"], 6, 4, 8)
+    peer = ID(b"\x00\x01p")
+    assert not all(plain._check_spam_protection(peer, _unsigned(bytes([i]))) for i in range(20))
+    r = WakuRelayRouter()
+    assert all(r._check_spam_protection(peer, _unsigned(i.to_bytes(2, "big"))) for i in range(1000))
+
+
+def test_gossip_peer_count_is_dlazy_or_factor():
+    r = WakuRelayRouter()
+    assert r._get_adaptive_gossip_peers_count("t", 3) == 3
+    assert r._get_adaptive_gossip_peers_count("t", 10) == 6
+    assert r._get_adaptive_gossip_peers_count("t", 100) == 25
+
+
+class _Counting(RelayObserver):
+    def __init__(self) -> None:
+        self.forward_dropped = 0
+
+    def on_forward_dropped(self, peer_id, count):
+        self.forward_dropped += count
+
+
+def test_outbound_drops_are_counted():
+    obs = _Counting()
+    r = WakuRelayRouter(observer=obs)
+    rpc = rpc_pb2.RPC(publish=[_unsigned(b"x"), _unsigned(b"y")])
+    r._handle_dropped_rpc(ID(b"\x00\x01p"), rpc, "queue_full")
+    assert obs.forward_dropped == 2
+
+
+class _FakeStream:
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.reads = 0
+
+    async def read(self, n: int) -> bytes:
+        self.reads += 1
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+def _frame(payload: bytes) -> bytes:
+    from libp2p.utils import encode_varint_prefixed
+
+    return encode_varint_prefixed(payload)
+
+
+def test_frame_reader_splits_and_joins_frames():
+    frames = [b"a" * 5, b"b" * 300, b"", b"c" * 70000]
+    wire = b"".join(_frame(f) for f in frames)
+    # Arbitrary chunk boundaries, including inside a varint.
+    chunks = [wire[:1], wire[1:4], wire[4:310], wire[310:]]
+    n_chunks = len(chunks)
+    stream = _FakeStream(chunks)
+
+    async def main():
+        reader = _FrameReader(stream, 1 << 20)
+        return [await reader.read_frame() for _ in frames]
+
+    assert trio.run(main) == frames
+    assert stream.reads == n_chunks
+
+
+def test_frame_reader_limits_frame_size():
+    from libp2p.io.exceptions import MessageTooLarge
+
+    stream = _FakeStream([_frame(b"x" * 2000)])
+
+    async def main():
+        await _FrameReader(stream, 1000).read_frame()
+
+    with pytest.raises(MessageTooLarge):
+        trio.run(main)
+
+
+def test_pubsub_is_strict_no_sign_with_content_ids():
+    la = listen_addrs("127.0.0.1", 0, -1)
+    host = build_host(create_new_key_pair(), la)
+    router, pubsub = relay.new_relay(host)
+    assert isinstance(pubsub, RelayPubsub)
+    assert pubsub.strict_signing is False and pubsub.sign_key is None
+    assert pubsub.get_message_id(_unsigned(b"abc")) == relay_message_id(b"abc")
+    assert pubsub.max_inbound_rpc_size > 153_600
+
+
+def test_outbound_queue_is_deepened_and_coalesced():
+    """The sending loop raises the 32-RPC bound and merges queued RPCs into one write."""
+    la = listen_addrs("127.0.0.1", 0, -1)
+    host = build_host(create_new_key_pair(), la)
+    _, pubsub = relay.new_relay(host)
+    written: list[rpc_pb2.RPC] = []
+
+    async def fake_write(stream, rpc):
+        written.append(rpc)
+        return True
+
+    pubsub.write_msg = fake_write  # type: ignore[method-assign]
+    queue = RpcQueue()
+    assert queue._queue.max_size == 32
+
+    async def main():
+        for i in range(100):
+            assert queue.push(rpc_pb2.RPC(publish=[_unsigned(bytes([i]))])) or i >= 32
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pubsub.handle_sending_messages, ID(b"\x00\x01p"), None, queue)
+            await trio.sleep(0.05)
+            queue.close()
+
+    queue._queue.max_size = 100  # as handle_sending_messages will set it (to a larger bound)
+    trio.run(main)
+    assert queue._queue.max_size == relay.OUTBOUND_QUEUE_RPCS
+    assert sum(len(r.publish) for r in written) == 100
+    assert len(written) < 5
