@@ -156,22 +156,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _single(exc: BaseException) -> BaseException:
+    """The one error inside nested exception groups (trio wraps errors raised in nurseries)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose)
     try:
         return args.func(args)
-    except (ConfigError, IdentityError, ListenError, BridgeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except PublishError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except trio.TooSlowError:
-        print("error: the peers did not join the relay mesh in time (--wait-s)", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    except BaseException as raised:  # noqa: BLE001 - mapped to one-line errors below
+        exc = _single(raised)
+        if isinstance(exc, (ConfigError, IdentityError, ListenError, BridgeError)):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, PublishError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        if isinstance(exc, trio.TooSlowError):
+            print("error: the peers did not join the relay mesh in time (--wait-s)", file=sys.stderr)
+            return 1
+        if isinstance(exc, KeyboardInterrupt):
+            return 130
+        raise
 
 
 if __name__ == "__main__":

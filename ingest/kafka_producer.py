@@ -119,7 +119,7 @@ class IngestProducer:
         if self._outstanding >= self.settings.max_outstanding:
             if not await self._wait_for_room():
                 self._drop("kafka_backlog", 1,
-                           "kafka: %d records unacknowledged for %.0f s (bound reached), dropping records",
+                           "kafka: %d records unacknowledged for %.1f s (bound reached), dropping records",
                            self._outstanding, self.settings.backpressure_timeout_s)
                 return False
         self._outstanding += 1
@@ -233,6 +233,9 @@ class IngestProducer:
             "request_timeout_ms": min(30_000, max(1_000, s.delivery_timeout_ms - s.linger_ms - 1)),
             "max_request_size": 4 * 1024 * 1024,
             "metrics_enabled": False,
+            # Kafka down: retry at least every second, report every ~10 s (kafka-python: 30 s).
+            "reconnect_backoff_max_ms": 1000,
+            "bootstrap_timeout_ms": 10_000,
             "client_id": "waku-bridge",
         }
         options.update(_client_options(s.client_options))
