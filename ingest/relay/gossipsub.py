@@ -69,6 +69,7 @@ GOSSIP_HISTORY = 5   # heartbeats a message stays in the cache (IWANT)
 MAX_RPC_BYTES = 1024 * 1024
 OUTBOUND_QUEUE_RPCS = 4096   # py-libp2p: 32
 COALESCE_BYTES = 256 * 1024  # queued RPCs merged into one frame up to this size
+MAX_IHAVE_LENGTH = 5000  # message ids per IHAVE (go-libp2p / nim-libp2p); 0.8.1 sends all
 READ_CHUNK = 256 * 1024
 _WARN_EVERY_S = 10.0
 
@@ -188,6 +189,16 @@ class WakuRelayRouter(GossipSub):
     def _get_adaptive_gossip_peers_count(self, topic: str, total_peers: int) -> int:
         """go-libp2p / nim-libp2p: max(Dlazy, gossip factor x peers), at most the peers there are."""
         return max(0, min(total_peers, max(self.degree_lazy, int(self.gossip_factor * total_peers))))
+
+    def gossip_heartbeat(self) -> Any:
+        """As 0.8.1, with at most MAX_IHAVE_LENGTH ids (the newest) per IHAVE: at thousands of
+        messages a second the gossip window holds far more than peers accept."""
+        gossip = super().gossip_heartbeat()
+        for topics in gossip.values():
+            for topic, ids in topics.items():
+                if len(ids) > MAX_IHAVE_LENGTH:
+                    topics[topic] = ids[-MAX_IHAVE_LENGTH:]
+        return gossip
 
     async def publish(self, msg_forwarder: ID, pubsub_msg: rpc_pb2.Message) -> None:
         """Forward a validated message (replaces 0.8.1's, which applies the spam and

@@ -180,3 +180,30 @@ def test_relay_messages_reach_kafka_exactly_once(config, kafka, kafka_topic, tmp
     assert v("waku_bridge_received_total") == v("waku_bridge_accepted_total") + v("waku_bridge_duplicates_total") + 6
     assert sum(v("waku_bridge_dropped_total", reason=r) for r in
                ("kafka_backlog", "kafka_rejected", "shutdown", "subscription_full")) == 0
+
+
+def test_messages_relayed_through_another_node(config, kafka, kafka_topic, tmp_path):
+    """publisher -> relay node -> bridge: the middle node's adapted router forwards them."""
+    cfg = bridge_config(config, kafka, kafka_topic, tmp_path)
+    metrics = BridgeMetrics()
+    bridge = Bridge(BridgeSettings.from_config(cfg), metrics=metrics, out=open("/dev/null", "w"))
+    n = 50
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(bridge.run)
+            middle, origin = Publisher(), Publisher()
+            async with middle.running(), origin.running():
+                await middle.connect(str(bridge.addrs[0]))
+                await origin.connect(str(next(a for a in middle.host.get_addrs() if "/ws" not in str(a))))
+                await middle.wait_for_mesh(peers=2)
+                await origin.wait_for_mesh()
+                assert bridge.host.get_id() not in origin.host.get_connected_peers()
+                for i in range(n):
+                    await origin.publish(WakuMessage(payload=b"hop %d" % i, content_topic=CT))
+                await wait_for(lambda: metrics.value("waku_bridge_produced_total") >= n)
+                assert middle.received == n
+            bridge.stop()
+
+    trio.run(main)
+    assert len(consume_all(kafka, kafka_topic, n)) == n

@@ -42,6 +42,7 @@ FINGERPRINTS = {
     "GossipSub._get_peers_to_send": "1d2d334126ca87ec",
     "GossipSub._handle_dropped_rpc": "c81733f1db845ea1",
     "GossipSub.heartbeat": "5e68bdb5a65be44f",
+    "GossipSub.gossip_heartbeat": "ee20b04ca5bda2c1",
     "MessageCache.put": "bb1f483342005e12",
     "MessageCache.__init__": "5ca688535edaa787",
     "Pubsub.__init__": "fc7e7f95ffc4b135",
@@ -242,3 +243,31 @@ def test_outbound_queue_is_deepened_and_coalesced():
     assert queue._queue.max_size == relay.OUTBOUND_QUEUE_RPCS
     assert sum(len(r.publish) for r in written) == 100
     assert len(written) < 5
+
+
+def test_ihave_is_capped():
+    r = WakuRelayRouter()
+
+    class _PS:
+        peer_topics = {DEFAULT_PUBSUB_TOPIC: {ID(b"\x00\x01a")}}
+
+    r.pubsub = _PS()  # type: ignore[assignment]
+    r.mesh[DEFAULT_PUBSUB_TOPIC] = set()
+    r.peer_protocol[ID(b"\x00\x01a")] = PROTOCOL_ID_V11
+    for i in range(relay.MAX_IHAVE_LENGTH + 10):
+        r.mcache.put(_unsigned(i.to_bytes(4, "big")))
+    gossip = r.gossip_heartbeat()
+    ids = gossip[ID(b"\x00\x01a")][DEFAULT_PUBSUB_TOPIC]
+    assert len(ids) == relay.MAX_IHAVE_LENGTH
+    assert ids[-1] == relay_message_id((relay.MAX_IHAVE_LENGTH + 9).to_bytes(4, "big"))
+
+
+def test_iwant_is_served_from_the_content_addressed_cache():
+    r = WakuRelayRouter()
+    sent = []
+    r.send_rpc = lambda peer, rpc, priority=False: sent.append(rpc)  # type: ignore[method-assign]
+    r.pubsub = object()  # type: ignore[assignment]
+    for data in (b"one", b"two"):
+        r.mcache.put(_unsigned(data))
+    trio.run(r.handle_iwant, rpc_pb2.ControlIWant(messageIDs=[relay_message_id(b"two")]), ID(b"\x00\x01a"))
+    assert [m.data for m in sent[0].publish] == [b"two"]
