@@ -207,25 +207,27 @@ class WakuRelayRouter(GossipSub):
         self.forward(msg_forwarder, pubsub_msg, relay_message_id(pubsub_msg.data))
 
     def forward(self, msg_forwarder: ID, msg: rpc_pb2.Message, mid: bytes) -> None:
-        if self.pubsub is None:
+        """Cache `msg` for IWANT and queue it to the peers it goes to (mesh, fanout, direct)."""
+        pubsub = self.pubsub
+        if pubsub is None:
             return
         self.mcache.put_with_id(msg, mid)
-        origin = ID(msg.from_id) if msg.from_id else None
-        rpc = rpc_pb2.RPC(publish=[msg])
-        peers = self.pubsub.peers
         topics = list(msg.topicIDs)
+        origin = ID(msg.from_id) if msg.from_id else None
+        for topic in topics:
+            if topic not in self.mesh:  # fanout expiry counts from the last publish
+                self.time_since_last_publish[topic] = int(time.time())
+        targets = self._forward_targets(topics, msg_forwarder, origin, mid)
+        if not targets:
+            return
+        rpc = rpc_pb2.RPC(publish=[msg])
         scored = self.scorer is not None and self.scorer.params.publish_threshold > float("-inf")
-        for peer_id in self._forward_targets(topics, msg_forwarder, origin, mid):
-            if peer_id not in peers:
-                continue
+        for peer_id in targets:
             if scored and not self.scorer.allow_publish(peer_id, topics):  # type: ignore[union-attr]
                 continue
-            queue = self.pubsub.peer_queues.get(peer_id)
+            queue = pubsub.peer_queues.get(peer_id)
             if queue is not None and not queue.push(rpc):
                 self._count_drop(peer_id, 1, "outbound queue full")
-        now = int(time.time())
-        for topic in topics:
-            self.time_since_last_publish[topic] = now
 
     def _forward_targets(
         self, topics: Iterable[str], forwarder: ID, origin: ID | None, mid: bytes
@@ -247,7 +249,8 @@ class WakuRelayRouter(GossipSub):
         out.discard(forwarder)
         if origin is not None:
             out.discard(origin)
-        return out
+        peers = self.pubsub.peers
+        return {p for p in out if p in peers} if out else out
 
     def _unscored(self) -> bool:
         """True when scores cannot exclude a peer (all thresholds -inf, the default)."""
