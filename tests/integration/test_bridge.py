@@ -207,3 +207,52 @@ def test_messages_relayed_through_another_node(config, kafka, kafka_topic, tmp_p
 
     trio.run(main)
     assert len(consume_all(kafka, kafka_topic, n)) == n
+
+
+def test_noise_only_and_malformed_frames_do_not_stop_the_bridge(config, kafka, kafka_topic, tmp_path):
+    """A plaintext-only peer cannot connect; a peer sending a frame that is not a pubsub RPC is
+    counted (malformed_rpc) and cut off, and the bridge keeps relaying for everyone else."""
+    from libp2p import new_host
+    from libp2p.custom_types import TProtocol
+    from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
+    from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
+    from libp2p.utils import encode_varint_prefixed
+
+    from ingest.host import listen_addrs
+    from ingest.relay.codec import RELAY_CODEC
+    from ingest.settings import parse_peer
+
+    cfg = bridge_config(config, kafka, kafka_topic, tmp_path)
+    metrics = BridgeMetrics()
+    bridge = Bridge(BridgeSettings.from_config(cfg), metrics=metrics, out=open("/dev/null", "w"))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(bridge.run)
+            upgrader = bridge.host.get_network().upgrader
+            assert list(upgrader.security_multistream.transports) == [NOISE_PROTOCOL_ID]
+            addr = str(next(a for a in bridge.addrs if "/ws" not in str(a)))
+
+            kp = create_new_key_pair()
+            la = listen_addrs("127.0.0.1", 0, -1)
+            plain = new_host(key_pair=kp, sec_opt={TProtocol(PLAINTEXT_PROTOCOL_ID): InsecureTransport(kp)},
+                             listen_addrs=la)
+            async with plain.run(la):
+                with pytest.raises(Exception):
+                    with trio.fail_after(10):
+                        await plain.connect(parse_peer(addr))
+
+            rogue, honest = Publisher(), Publisher()
+            async with rogue.running(), honest.running():
+                await rogue.connect(addr)
+                await honest.connect(addr)
+                await honest.wait_for_mesh()
+                stream = await rogue.host.new_stream(bridge.host.get_id(), [TProtocol(RELAY_CODEC)])
+                await stream.write(encode_varint_prefixed(b"\x0a\xff\xff\xff\xff\x0f"))  # not an RPC
+                await wait_for(lambda: metrics.value("waku_bridge_rejected_total", reason="malformed_rpc") == 1)
+                for i in range(20):
+                    await honest.publish(WakuMessage(payload=b"%d" % i, content_topic=CT))
+                await wait_for(lambda: metrics.value("waku_bridge_produced_total") >= 20)
+            bridge.stop()
+
+    trio.run(main)
