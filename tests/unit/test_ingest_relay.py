@@ -27,6 +27,7 @@ from ingest.relay.gossipsub import (
     RelayObserver,
     RelayPubsub,
     WakuRelayRouter,
+    SeenCache,
     _FrameReader,
 )
 
@@ -271,3 +272,24 @@ def test_iwant_is_served_from_the_content_addressed_cache():
         r.mcache.put(_unsigned(data))
     trio.run(r.handle_iwant, rpc_pb2.ControlIWant(messageIDs=[relay_message_id(b"two")]), ID(b"\x00\x01a"))
     assert [m.data for m in sent[0].publish] == [b"two"]
+
+
+def test_seen_cache_expires_in_buckets(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(relay.time, "monotonic", lambda: now[0])
+    cache = SeenCache(ttl=120, buckets=12)
+    assert cache.add(b"a") and not cache.add(b"a") and cache.has(b"a")
+    now[0] += 60
+    cache.add(b"b")
+    now[0] += 59  # a: 119 s old: still seen (kept between ttl and ttl + one bucket)
+    assert cache.has(b"a")
+    now[0] += 12  # a: 131 s old
+    assert not cache.has(b"a") and cache.has(b"b")
+    now[0] += 1000  # idle for long: everything expired at once
+    assert not cache.has(b"b") and cache.length() == 0
+
+
+def test_pubsub_uses_the_bucketed_seen_cache():
+    la = listen_addrs("127.0.0.1", 0, -1)
+    _, pubsub = relay.new_relay(build_host(create_new_key_pair(), la))
+    assert isinstance(pubsub.seen_messages, SeenCache)
