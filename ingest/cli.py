@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import signal
@@ -23,6 +24,7 @@ from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC, Limits, check_pubsub_topic
 from pipeline.config import ConfigError, add_config_arguments, config_from_args
 
 log = logging.getLogger("ingest.cli")
+GC_GEN0_THRESHOLD = 20_000  # Python's default: 700
 
 
 class PublishError(Exception):
@@ -55,11 +57,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, bridge.stop)
-            await bridge.run()
+            await nursery.start(bridge.run)
+            _quiet_gc()
+            await bridge.stopped.wait()
             nursery.cancel_scope.cancel()
 
     trio.run(main)
     return 0
+
+
+def _quiet_gc() -> None:
+    """After start-up: exempt the start-up objects (modules, classes: most of the heap) from
+    collection, and collect the young generation less often. Full collections otherwise scan
+    everything and paused the relay for 100-200 ms at a time (the p99 of the ack latency)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
 
 
 def cmd_id(args: argparse.Namespace) -> int:

@@ -97,6 +97,7 @@ class Bridge:
         self.producer: IngestProducer | None = None
         self.host: Any = None
         self._stop = trio.Event()
+        self.stopped = trio.Event()  # set when run() has returned (flushed)
         self._metrics_server: Any = None
 
     def stop(self) -> None:
@@ -110,6 +111,14 @@ class Bridge:
                                 arrival)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Start, report started (task_status) once listening and joined, run until stop(),
+        then flush Kafka and return."""
+        try:
+            await self._run(task_status)
+        finally:
+            self.stopped.set()
+
+    async def _run(self, task_status: Any) -> None:
         s = self.settings
         check_listen_addrs(self.listen_addrs)
         self.host = host = build_host(self.key_pair, self.listen_addrs)
