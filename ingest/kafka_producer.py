@@ -123,6 +123,7 @@ class IngestProducer:
                            self._outstanding, self.settings.backpressure_timeout_s)
                 return False
         self._outstanding += 1
+        self.stats.outstanding(self._outstanding)
         if self._idle.is_set():
             self._idle = trio.Event()
         self._pending.append(_Record(key, value, arrival))
@@ -160,13 +161,14 @@ class IngestProducer:
             await self._idle.wait()
         self._closing = True
         self._wake.set()
-        await trio.to_thread.run_sync(self._thread.join)
+        await trio.to_thread.run_sync(self._thread.join, 30.0)
         self._drain_acks()
         if self._outstanding:
             self._drop("shutdown", self._outstanding,
                        "kafka: %d records not acknowledged within %.0f s of shutdown",
                        self._outstanding, self.settings.close_timeout_s)
             self._outstanding = 0
+            self.stats.outstanding(0)
         self._thread = None
         log.info("kafka: producer closed")
 
@@ -232,6 +234,9 @@ class IngestProducer:
             "delivery_timeout_ms": s.delivery_timeout_ms,
             "request_timeout_ms": min(30_000, max(1_000, s.delivery_timeout_ms - s.linger_ms - 1)),
             "max_request_size": 4 * 1024 * 1024,
+            # send() waits this long for metadata before the feeder retries (kafka-python: 60 s),
+            # so a shutdown while Kafka is down is not held up for a minute.
+            "max_block_ms": 10_000,
             "metrics_enabled": False,
             # Kafka down: retry at least every second, report every ~10 s (kafka-python: 30 s).
             "reconnect_backoff_max_ms": 1000,

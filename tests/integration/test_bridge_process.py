@@ -170,3 +170,29 @@ def test_static_peers_are_dialled_and_redialled(kafka, tmp_path):
                 await trio.to_thread.run_sync(bridge.stop)
 
     trio.run(main)
+
+
+def test_sigterm_with_kafka_down_exits_and_counts(tmp_path):
+    """Kafka unreachable: the bridge still starts and relays; on SIGTERM it waits
+    shutdown_timeout_s, counts what was never acknowledged as dropped (shutdown), exits 0."""
+    metrics_port = free_port()
+    log = tmp_path / "bridge.log"
+    bridge = start_bridge(overrides(f"127.0.0.1:{free_port()}", "waku.messages", tmp_path,
+                                    f"bridge.metrics_port={metrics_port}", "bridge.shutdown_timeout_s=1"),
+                          log=open(log, "w"))
+    try:
+        pub = start_publisher(bridge.tcp_addr, rate=0, count=10)
+        out, _ = pub.communicate(timeout=60)
+        assert pub.returncode == 0, out
+        deadline = time.monotonic() + 20
+        while metric(metrics_port, "waku_bridge_accepted_total") < 10 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert metric(metrics_port, "waku_bridge_kafka_outstanding") == 10
+    finally:
+        began = time.monotonic()
+        code = bridge.stop(60)
+    assert code == 0
+    assert time.monotonic() - began < 30
+    text = log.read_text()
+    assert "10 records not acknowledged within 1 s of shutdown" in text
+    assert "accepted 10, produced 0" in text
