@@ -28,6 +28,14 @@ def spark_defaults() -> dict[str, str]:
     return out
 
 
+def master_defaults(master: str) -> dict[str, str]:
+    """Settings that depend on the master. In local mode, Delta's snapshot state reconstruction
+    runs on a few cores: its default of 50 partitions makes every commit several times slower."""
+    if master.startswith("local"):
+        return {"spark.databricks.delta.snapshotPartitions": "2"}
+    return {}
+
+
 def spark_jars(config: Config) -> list[str]:
     jar_dir = Path(config.path("spark.jar_dir"))
     jars = sorted(glob.glob(str(jar_dir / "*.jar")))
@@ -49,6 +57,7 @@ def build_session(config: Config, app: str, extra: dict[str, str] | None = None)
         settings.update(spark_defaults())
         settings["spark.jars"] = ",".join(spark_jars(config))
         settings["spark.sql.shuffle.partitions"] = str(config.get("spark.shuffle_partitions"))
+        settings.update(master_defaults(config.get("spark.master")))
         settings.update(config.spark_options())
     settings.update(extra or {})
     for key, value in settings.items():

@@ -1,47 +1,176 @@
-"""Writing ingest records into the Delta store (`messages`) and `quarantine`.
+"""One micro-batch of the store job: decode, validate, de-duplicate, write.
 
-Each micro-batch is written with Delta's idempotent-write options (txnAppId = the query's
-checkpoint identity, txnVersion = the batch id): when Spark re-runs a batch after a crash, Delta
-skips the commit it already made, so offsets in the checkpoint plus these options give
-exactly-once into both tables.
+Exactly once, across crashes and restarts at any point, without relying on the checkpoint alone:
+- Kafka offsets live in the query's checkpoint; a batch that did not finish is re-run whole
+  with the same offsets, so the same rows.
+- Every write is keyed by content, so re-running a batch (or re-reading the topic under a reset
+  checkpoint) adds nothing that is already there:
+  - `messages`: de-duplication by message hash, within the batch (earliest receive wins) and
+    against the table with a left anti-join restricted to receive times near the batch's (file
+    skipping keeps it to the files of those minutes). A record re-produced to Kafka at any later
+    time carries its original receive time, so it is always caught; copies of a message from
+    different bridges are caught when their receive times are within `store.dedup_window_s`.
+  - `quarantine`: anti-join on the Kafka coordinates (topic, partition, offset).
+  Delta's txnAppId/txnVersion options would also make re-runs idempotent, but measured here
+  they triple the cost of every commit (docs/store-layout.md), and they would wrongly skip the
+  batches of a reset checkpoint whose batch ids restart at 0.
+- `job_metrics` is at least once: a batch re-run after a crash may record a second row for the
+  same (query_id, batch_id); readers take the last.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
 from pipeline.config import Config
 from pipeline.records import MESSAGE_COLUMNS, decode_ingest_records
+from pipeline.store_tables import JOB_METRICS_SCHEMA, MESSAGES_SCHEMA, QUARANTINE_SCHEMA
+from pipeline.validation import Limits, with_rejection_reason
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+log = logging.getLogger("waku.store")
 
-QUARANTINE_COLUMNS = [
-    "reason", "raw_value", "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp",
-]
-
-
-def split_batch(decoded: "DataFrame") -> tuple["DataFrame", "DataFrame"]:
-    """(rows for `messages`, rows for `quarantine` with a reason). Ephemeral messages go to
-    neither: they are relayed and pushed, never stored."""
-    from pyspark.sql import functions as F
-
-    reason = (
-        F.when(~F.col("decoded"), F.lit("undecodable"))
-        .when(~F.col("has_message"), F.lit("missing_message"))
-    )
-    tagged = decoded.withColumn("reason", reason)
-    good = tagged.where(F.col("reason").isNull() & ~F.col("ephemeral")).select(*MESSAGE_COLUMNS)
-    bad = tagged.where(F.col("reason").isNotNull()).select(*QUARANTINE_COLUMNS)
-    return good, bad
+STORED_COLUMNS = [f.name for f in MESSAGES_SCHEMA.fields]
+QUARANTINE_COLUMNS = [f.name for f in QUARANTINE_SCHEMA.fields]
+BUCKET_S = 60.0
 
 
-def write_batch(batch: "DataFrame", batch_id: int, config: Config, app_id: str) -> None:
-    decoded = decode_ingest_records(batch).persist()
+@dataclass
+class BatchStats:
+    input_rows: int = 0
+    valid_rows: int = 0
+    ephemeral_rows: int = 0
+    quarantined_rows: int = 0
+    stored_rows: int = 0
+    rule_failures: dict[str, int] | None = None
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phase_seconds[name] = round(time.monotonic() - began, 3)
+
+    @property
+    def duplicate_rows(self) -> int:
+        return self.valid_rows - self.stored_rows
+
+
+def received_time_ranges(buckets: list[int], window_s: float) -> list[tuple[float, float]]:
+    """Merged [lo, hi] receive-time ranges covering each minute bucket widened by the window."""
+    ranges: list[tuple[float, float]] = []
+    for b in sorted(buckets):
+        lo, hi = b * BUCKET_S - window_s, (b + 1) * BUCKET_S + window_s
+        if ranges and lo <= ranges[-1][1]:
+            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], hi))
+        else:
+            ranges.append((lo, hi))
+    return ranges
+
+
+def _in_ranges(col: Column, ranges: list[tuple[float, float]]) -> Column:
+    cond = F.lit(False)
+    for lo, hi in ranges:
+        cond = cond | ((col >= F.lit(lo)) & (col <= F.lit(hi)))
+    return cond
+
+
+def _received_date(col: Column) -> Column:
+    return F.date_format(F.timestamp_micros((col * F.lit(1e6)).cast("bigint")), "yyyy-MM-dd")
+
+
+def dedupe_within_batch(valid: DataFrame) -> DataFrame:
+    """One row per message hash: the earliest receive (then lowest Kafka coordinates)."""
+    order = F.struct("received_time", "kafka_partition", "kafka_offset")
+    others = [c for c in MESSAGE_COLUMNS if c != "message_hash"]
+    return (valid.groupBy("message_hash")
+            .agg(F.min_by(F.struct(*others), order).alias("m"))
+            .select("message_hash", "m.*"))
+
+
+def write_batch(batch: DataFrame, batch_id: int, config: Config, query_id: str) -> BatchStats:
+    """Process one micro-batch of waku.messages rows; returns what happened to its rows."""
+    spark = batch.sparkSession
+    began = time.monotonic()
+    limits = Limits.from_config(config)
+    checked = with_rejection_reason(decode_ingest_records(batch), limits).persist()
     try:
-        good, bad = split_batch(decoded)
-        for df, table in ((good, "messages"), (bad, "quarantine")):
-            (df.write.format("delta").mode("append")
-             .option("txnAppId", f"{app_id}:{table}").option("txnVersion", batch_id)
-             .save(config.table_path(table)))
+        stats = BatchStats(rule_failures={})
+        buckets: list[int] = []
+        with stats.phase("validate"):
+            summary = (checked.groupBy("reason", "ephemeral")
+                       .agg(F.count(F.lit(1)).alias("n"),
+                            F.collect_set(F.floor(F.col("received_time") / BUCKET_S).cast("bigint")).alias("b"))
+                       .collect())
+        for row in summary:
+            stats.input_rows += row.n
+            if row.reason is not None:
+                stats.quarantined_rows += row.n
+                stats.rule_failures[row.reason] = stats.rule_failures.get(row.reason, 0) + row.n
+            elif row.ephemeral:
+                stats.ephemeral_rows += row.n
+            else:
+                stats.valid_rows += row.n
+                buckets += list(row.b)
+
+        if stats.valid_rows:
+            valid = checked.where(F.col("reason").isNull() & ~F.col("ephemeral"))
+            fresh = dedupe_within_batch(valid)
+            ranges = received_time_ranges(buckets, config.get("store.dedup_window_s"))
+            existing = (spark.read.format("delta").load(config.table_path("messages"))
+                        .where(_in_ranges(F.col("received_time"), ranges))
+                        .select("message_hash"))
+            new = (fresh.join(existing, "message_hash", "left_anti")
+                   .withColumn("received_date", _received_date(F.col("received_time"))))
+            files = max(1, math.ceil(stats.valid_rows / config.get("store.rows_per_file")))
+            new = (new.repartitionByRange(files, "received_time", "digest")
+                   .sortWithinPartitions("received_time", "digest")
+                   .select(*STORED_COLUMNS).persist())
+            with stats.phase("dedupe"):
+                stats.stored_rows = new.count()
+            with stats.phase("write_messages"):
+                new.write.format("delta").mode("append").save(config.table_path("messages"))
+            new.unpersist()
+        if stats.quarantined_rows:
+            with stats.phase("write_quarantine"):
+                # A Kafka record is quarantined once, even when a reset checkpoint re-reads it.
+                coordinates = ["kafka_topic", "kafka_partition", "kafka_offset"]
+                recorded = (spark.read.format("delta").load(config.table_path("quarantine"))
+                            .select(*coordinates))
+                (checked.where(F.col("reason").isNotNull())
+                 .join(recorded, coordinates, "left_anti")
+                 .withColumn("quarantined_at", F.current_timestamp())
+                 .select(*QUARANTINE_COLUMNS)
+                 .write.format("delta").mode("append").save(config.table_path("quarantine")))
+        with stats.phase("write_metrics"):
+            write_metrics(spark, config, "store", query_id, batch_id, stats, time.monotonic() - began)
+        if stats.quarantined_rows:
+            log.warning("batch %d: quarantined %d records: %s", batch_id, stats.quarantined_rows,
+                        stats.rule_failures)
+        log.info("batch %d: %d in, %d stored, %d duplicates, %d ephemeral, %d quarantined (%.2fs: %s)",
+                 batch_id, stats.input_rows, stats.stored_rows, stats.duplicate_rows,
+                 stats.ephemeral_rows, stats.quarantined_rows, time.monotonic() - began,
+                 stats.phase_seconds)
+        return stats
     finally:
-        decoded.unpersist()
+        checked.unpersist()
+
+
+def write_metrics(spark, config: Config, job: str, query_id: str, batch_id: int, stats: BatchStats,
+                  duration_s: float) -> None:
+    """One row per micro-batch into Delta `job_metrics`."""
+    import datetime as dt
+
+    row = (job, query_id, batch_id, dt.datetime.now(dt.timezone.utc).replace(tzinfo=None), duration_s,
+           stats.input_rows, stats.stored_rows, stats.duplicate_rows, stats.ephemeral_rows,
+           stats.quarantined_rows, stats.rule_failures or {}, stats.phase_seconds, None)
+    (spark.createDataFrame([row], JOB_METRICS_SCHEMA).write.format("delta").mode("append")
+     .save(config.table_path("job_metrics")))

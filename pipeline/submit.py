@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 from pipeline.config import REPO_ROOT, ConfigError, load_config
-from pipeline.session import SPARK_DEFAULTS, SUBMITTED_ENV, spark_jars
+from pipeline.session import SPARK_DEFAULTS, SUBMITTED_ENV, master_defaults, spark_jars
 
 JOBS_DIR = REPO_ROOT / "jobs"
 SPARK_VALUE_OPTIONS = {
@@ -101,7 +101,7 @@ def command(job: str, args: list[str]) -> list[str]:
     cmd += ["--jars", ",".join(spark_jars(config))]
     cmd += ["--conf", f"spark.sql.shuffle.partitions={config.get('spark.shuffle_partitions')}"]
     cmd += ["--conf", "spark.log.level=WARN"]
-    for key, value in config.spark_options().items():
+    for key, value in {**master_defaults(master), **config.spark_options()}.items():
         cmd += ["--conf", f"{key}={value}"]
     if not master.startswith("local"):
         cmd += ["--py-files", str(python_zip())]

@@ -1,0 +1,91 @@
+"""The Delta tables the store job writes: their schemas, layout and table properties.
+
+Layout of `messages` (justified with measurements in docs/store-layout.md):
+- partitioned by `received_date` (UTC day of received_time): retention drops whole days and a
+  cursor range touches one or two partitions;
+- inside a partition, each micro-batch writes files range-partitioned on received_time and
+  sorted by (received_time, digest), so file min/max statistics on received_time are tight and
+  a cursor range plus topic filter skips almost every file; `maintain` compacts small files
+  keeping that order (OPTIMIZE ZORDER BY received_time, content_topic);
+- statistics are collected only on the columns queries filter on (not on payload).
+"""
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from pipeline.config import Config
+
+MESSAGES_SCHEMA = T.StructType([
+    T.StructField("received_time", T.DoubleType(), False),
+    T.StructField("digest", T.BinaryType(), False),
+    T.StructField("message_hash", T.BinaryType(), False),
+    T.StructField("pubsub_topic", T.StringType(), False),
+    T.StructField("content_topic", T.StringType(), False),
+    T.StructField("payload", T.BinaryType(), True),
+    T.StructField("version", T.LongType(), True),
+    T.StructField("timestamp", T.LongType(), True),
+    T.StructField("meta", T.BinaryType(), True),
+    T.StructField("rate_limit_proof", T.BinaryType(), True),
+    T.StructField("source", T.StringType(), True),
+    T.StructField("bridge_id", T.StringType(), True),
+    T.StructField("kafka_topic", T.StringType(), True),
+    T.StructField("kafka_partition", T.IntegerType(), True),
+    T.StructField("kafka_offset", T.LongType(), True),
+    T.StructField("kafka_timestamp", T.TimestampType(), True),
+    T.StructField("received_date", T.StringType(), False),
+])
+
+MESSAGES_PROPERTIES = {
+    # Stats only where queries filter: the cursor's received_time and the topics (Delta keeps
+    # no statistics for binary columns, so digest and hash cannot have any).
+    "delta.dataSkippingStatsColumns": "received_time,pubsub_topic,content_topic,timestamp",
+    "delta.checkpointInterval": "20",
+    "delta.logRetentionDuration": "interval 7 days",
+    "delta.deletedFileRetentionDuration": "interval 1 days",
+}
+
+QUARANTINE_SCHEMA = T.StructType([
+    T.StructField("reason", T.StringType(), False),
+    T.StructField("raw_value", T.BinaryType(), True),
+    T.StructField("kafka_topic", T.StringType(), True),
+    T.StructField("kafka_partition", T.IntegerType(), True),
+    T.StructField("kafka_offset", T.LongType(), True),
+    T.StructField("kafka_timestamp", T.TimestampType(), True),
+    T.StructField("quarantined_at", T.TimestampType(), True),
+])
+
+JOB_METRICS_SCHEMA = T.StructType([
+    T.StructField("job", T.StringType(), False),
+    T.StructField("query_id", T.StringType(), True),
+    T.StructField("batch_id", T.LongType(), False),
+    T.StructField("batch_time", T.TimestampType(), False),
+    T.StructField("duration_s", T.DoubleType(), True),
+    T.StructField("input_rows", T.LongType(), True),
+    T.StructField("stored_rows", T.LongType(), True),
+    T.StructField("duplicate_rows", T.LongType(), True),
+    T.StructField("ephemeral_rows", T.LongType(), True),
+    T.StructField("quarantined_rows", T.LongType(), True),
+    T.StructField("rule_failures", T.MapType(T.StringType(), T.LongType()), True),
+    T.StructField("phase_seconds", T.MapType(T.StringType(), T.DoubleType()), True),
+    T.StructField("progress_json", T.StringType(), True),
+])
+
+
+def ensure_table(spark: SparkSession, path: str, schema: T.StructType,
+                 partition_by: list[str] | None = None, properties: dict[str, str] | None = None) -> None:
+    """Create the Delta table at path if it does not exist (idempotent, safe to race)."""
+    from delta.tables import DeltaTable
+
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
+    if partition_by:
+        builder = builder.partitionedBy(*partition_by)
+    for key, value in (properties or {}).items():
+        builder = builder.property(key, value)
+    builder.execute()
+
+
+def ensure_store_tables(spark: SparkSession, config: Config) -> None:
+    ensure_table(spark, config.table_path("messages"), MESSAGES_SCHEMA, ["received_date"], MESSAGES_PROPERTIES)
+    ensure_table(spark, config.table_path("quarantine"), QUARANTINE_SCHEMA)
+    ensure_table(spark, config.table_path("job_metrics"), JOB_METRICS_SCHEMA)
