@@ -18,7 +18,8 @@ from libp2p.tools.anyio_service import background_trio_service
 from ingest.host import ListenError, build_host, check_listen_addrs, listen_addrs
 from ingest.identity import load_or_create_key, peer_id_of
 from ingest.kafka_producer import IngestProducer, ProducerSettings
-from ingest.metrics import BridgeMetrics
+from ingest.metrics import DROP_REASONS, BridgeMetrics
+from ingest.relay.codec import Reject
 from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
 from ingest.settings import BridgeSettings
@@ -28,6 +29,7 @@ from schemas.waku_message_pb2 import WakuMessage
 
 log = logging.getLogger("ingest.bridge")
 
+STATUS_EVERY_S = 60.0
 _MESSAGE_FIELD_TAG = b"\x12"  # IngestRecord.message: field 2, length-delimited
 
 
@@ -146,9 +148,9 @@ class Bridge:
             if self._metrics_server is not None:
                 self._metrics_server.shutdown()
                 self._metrics_server.server_close()
-        log.info("bridge stopped: received %d, accepted %d, produced %d",
-                 self.metrics.received._value.get(), self.metrics.accepted._value.get(),
-                 self.metrics.produced._value.get())
+        c = self._counts()
+        log.info("bridge stopped: received %d, accepted %d, produced %d, rejected %d, dropped %d",
+                 c["received"], c["accepted"], c["produced"], c["rejected"], c["dropped"])
 
     async def _run_relay(self, task_status: Any) -> None:
         assert self.pubsub is not None and self.router is not None
@@ -195,10 +197,31 @@ class Bridge:
             await trio.sleep(self.settings.redial_interval_s)
 
     async def _update_gauges(self) -> None:
-        """Gauges, and a watch on the producer: if its thread died the bridge stops with an error."""
+        """Gauges, a status line every STATUS_EVERY_S while messages flow, and a watch on the
+        producer: if its thread died the bridge stops with an error."""
+        last_status = trio.current_time()
+        last = self._counts()
         while True:
             if self.pubsub is not None:
                 self.metrics.peers.set(len(self.pubsub.peers))
             if self.producer is not None and self.producer.failed is not None:
                 raise BridgeError(f"kafka producer failed: {self.producer.failed}")
+            if trio.current_time() - last_status >= STATUS_EVERY_S:
+                counts = self._counts()
+                if counts != last:
+                    log.info("status: %s; %d peers, %d records unacknowledged",
+                             ", ".join(f"{k} {v:.0f} (+{v - last[k]:.0f})" for k, v in counts.items()),
+                             len(self.pubsub.peers) if self.pubsub else 0,
+                             self.producer.outstanding if self.producer else 0)
+                last, last_status = counts, trio.current_time()
             await trio.sleep(0.5)
+
+    def _counts(self) -> dict[str, float]:
+        v = self.metrics.value
+        return {
+            "received": v("waku_bridge_received_total"),
+            "accepted": v("waku_bridge_accepted_total"),
+            "rejected": sum(v("waku_bridge_rejected_total", reason=r.value) for r in Reject),
+            "produced": v("waku_bridge_produced_total"),
+            "dropped": sum(v("waku_bridge_dropped_total", reason=r) for r in DROP_REASONS),
+        }
