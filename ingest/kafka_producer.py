@@ -24,7 +24,6 @@ from typing import Any
 
 import trio
 
-from ingest import kafka_crc
 
 log = logging.getLogger("ingest.kafka")
 
@@ -66,6 +65,18 @@ class KafkaUnavailable(Exception):
     pass
 
 
+def crc32c_implementation() -> str:
+    """Which CRC32C kafka-python checksums record batches with (the `crc32c` package, a
+    dependency, is C; kafka-python's own fallback is pure Python and several times slower)."""
+    from kafka.record import util
+
+    if util.crc32c_c is None:
+        log.warning("kafka: the crc32c package is missing; kafka-python falls back to a slow "
+                    "pure-Python CRC32C (reinstall the project's dependencies)")
+        return "pure python"
+    return "crc32c package"
+
+
 class IngestProducer:
     """Use as ``async with IngestProducer(settings, stats) as producer: await producer.put(...)``."""
 
@@ -90,7 +101,7 @@ class IngestProducer:
         self._last_error: BaseException | None = None
         self.failed: BaseException | None = None  # set when the feeder thread died
         self.dropped: collections.Counter[str] = collections.Counter()
-        self.crc = kafka_crc.install()
+        self.crc = crc32c_implementation()
 
     # -- trio side -------------------------------------------------------------------------
 

@@ -1,0 +1,43 @@
+"""Maintain job (batch): retention, compaction in received_time order, vacuum; safe while `store` runs."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from pipeline.config import ConfigError, add_config_arguments, config_from_args
+from pipeline.maintenance import MaintenanceReport, apply_retention, compact, vacuum
+from pipeline.session import build_session
+from pipeline.store_tables import ensure_store_tables
+
+log = logging.getLogger("waku.jobs.maintain")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="maintain", description=__doc__)
+    add_config_arguments(parser)
+    parser.add_argument("--skip", action="append", default=[], choices=["retention", "compact", "vacuum"],
+                        help="leave out a step (repeatable)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    spark = build_session(config, "maintain")
+    ensure_store_tables(spark, config)
+    report = MaintenanceReport()
+    if "retention" not in args.skip:
+        apply_retention(spark, config, report=report)
+    if "compact" not in args.skip:
+        compact(spark, config, report=report)
+    if "vacuum" not in args.skip:
+        vacuum(spark, config, report=report)
+    log.info("maintenance done: %s", report)
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Store maintenance: compaction (keeping received_time order), retention, vacuum.
+
+Safe while the store job runs: the store job's appends are blind appends, which never conflict
+with OPTIMIZE; a DELETE that races an append touching the same files is retried.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from pipeline.config import Config
+
+log = logging.getLogger("waku.maintain")
+T = TypeVar("T")
+RETRIES = 5
+
+
+def _retry(what: str, op: Callable[[], T]) -> T:
+    """Run a Delta operation, retrying on optimistic-concurrency conflicts."""
+    for attempt in range(1, RETRIES + 1):
+        try:
+            return op()
+        except Exception as exc:  # noqa: BLE001 - Delta raises JVM exceptions by class name
+            if "Concurrent" not in type(exc).__name__ + str(exc)[:300] or attempt == RETRIES:
+                raise
+            log.warning("%s: concurrent commit, retrying (%d/%d)", what, attempt, RETRIES)
+            time.sleep(attempt)
+    raise AssertionError("unreachable")
+
+
+@dataclass
+class MaintenanceReport:
+    deleted_by_age: int = 0
+    deleted_by_capacity: int = 0
+    quarantine_deleted: int = 0
+    files_before: int = 0
+    files_after: int = 0
+    vacuumed: bool = False
+
+
+def _file_count(spark: SparkSession, path: str) -> int:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, path).detail().select("numFiles").first()[0]
+
+
+def _delete(spark: SparkSession, path: str, condition) -> int:
+    from delta.tables import DeltaTable
+
+    table = DeltaTable.forPath(spark, path)
+    before = spark.read.format("delta").load(path).where(condition).count()
+    if before:
+        _retry(f"delete from {path}", lambda: table.delete(condition))
+    return before
+
+
+def apply_retention(spark: SparkSession, config: Config, now: float | None = None,
+                    report: MaintenanceReport | None = None) -> MaintenanceReport:
+    """Delete messages older than store.retention_days, then (if store.retention_max_messages
+    is set) the oldest beyond that many; quarantine follows the same age limit."""
+    report = report or MaintenanceReport()
+    now = time.time() if now is None else now
+    cutoff = now - config.get("store.retention_days") * 86400.0
+    messages = config.table_path("messages")
+    # received_date lets Delta drop whole days without reading them.
+    cutoff_date = time.strftime("%Y-%m-%d", time.gmtime(cutoff))
+    by_age = (F.col("received_date") < F.lit(cutoff_date)) | (F.col("received_time") < F.lit(cutoff))
+    report.deleted_by_age = _delete(spark, messages, by_age)
+    limit = config.get("store.retention_max_messages")
+    if limit > 0:
+        df = spark.read.format("delta").load(messages)
+        excess = df.count() - limit
+        if excess > 0:
+            # Everything up to the excess-th oldest receive time goes; rows tied with it go too,
+            # so at most `limit` remain.
+            edge = (df.select("received_time").orderBy("received_time").limit(excess)
+                    .agg(F.max("received_time")).first()[0])
+            report.deleted_by_capacity = _delete(spark, messages, F.col("received_time") <= F.lit(edge))
+    report.quarantine_deleted = _delete(
+        spark, config.table_path("quarantine"),
+        F.col("quarantined_at") < F.timestamp_seconds(F.lit(cutoff)))
+    return report
+
+
+def compact(spark: SparkSession, config: Config, report: MaintenanceReport | None = None) -> MaintenanceReport:
+    """Rewrite small files into large ones sorted by received_time (ZORDER on one column is a
+    sort), keeping per-file received_time ranges tight for cursor reads."""
+    from delta.tables import DeltaTable
+
+    report = report or MaintenanceReport()
+    path = config.table_path("messages")
+    spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(config.get("store.optimize_target_file_bytes")))
+    report.files_before = _file_count(spark, path)
+    _retry("optimize", lambda: DeltaTable.forPath(spark, path).optimize().executeZOrderBy("received_time"))
+    for table in ("quarantine", "job_metrics"):
+        _retry(f"optimize {table}",
+               lambda t=table: DeltaTable.forPath(spark, config.table_path(t)).optimize().executeCompaction())
+    report.files_after = _file_count(spark, path)
+    return report
+
+
+def vacuum(spark: SparkSession, config: Config, report: MaintenanceReport | None = None) -> MaintenanceReport:
+    """Remove files no longer referenced, older than store.vacuum_retain_hours."""
+    from delta.tables import DeltaTable
+
+    report = report or MaintenanceReport()
+    hours = config.get("store.vacuum_retain_hours")
+    if hours < 168:
+        # Delta refuses retention below 7 days unless told the readers are known to be short-lived.
+        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    for table in ("messages", "quarantine", "job_metrics"):
+        DeltaTable.forPath(spark, config.table_path(table)).vacuum(hours)
+    report.vacuumed = True
+    return report
