@@ -23,6 +23,7 @@ from ingest.relay.codec import Reject
 from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
 from ingest.settings import BridgeSettings
+from ingest.store.server import StoreServer
 from pipeline.hashing import message_hash
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
@@ -98,6 +99,7 @@ class Bridge:
         self.pubsub: RelayPubsub | None = None
         self.producer: IngestProducer | None = None
         self.host: Any = None
+        self.store: StoreServer | None = None  # the store service, when settings.store is set
         self._stop = trio.Event()
         self.stopped = trio.Event()  # set when run() has returned (flushed)
         self._metrics_server: Any = None
@@ -128,6 +130,8 @@ class Bridge:
             host, validator=WakuMessageValidator(s.limits), sink=self._sink, observer=self.metrics,
             max_rpc_bytes=s.max_rpc_bytes,
         )
+        if s.store is not None:  # /vac/waku/store/2.0.0-beta2, answered from the Delta store
+            self.store = StoreServer.start(host, s.store, self.metrics.registry)
         producer_settings = ProducerSettings(
             bootstrap_servers=s.bootstrap_servers, topic=s.messages_topic,
             max_outstanding=s.producer_max_outstanding, backpressure_timeout_s=s.backpressure_timeout_s,
@@ -145,6 +149,8 @@ class Bridge:
                 await self._run_relay(task_status)
                 log.info("relay stopped; waiting for Kafka to acknowledge %d buffered records", producer.outstanding)
         finally:
+            if self.store is not None:
+                self.store.close()
             if self._metrics_server is not None:
                 self._metrics_server.shutdown()
                 self._metrics_server.server_close()

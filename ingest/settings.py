@@ -8,6 +8,7 @@ import multiaddr
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
 from ingest.relay.codec import Limits, check_pubsub_topic
+from ingest.store.server import StoreServiceSettings
 from pipeline.config import Config, ConfigError
 
 
@@ -32,6 +33,7 @@ class BridgeSettings:
     producer_delivery_timeout_s: float
     shutdown_timeout_s: float
     max_rpc_bytes: int
+    store: StoreServiceSettings | None = None  # the store service ([store_service]); None: off
 
     @classmethod
     def from_config(cls, config: Config) -> "BridgeSettings":
@@ -80,6 +82,7 @@ class BridgeSettings:
             producer_delivery_timeout_s=b["producer_delivery_timeout_s"],
             shutdown_timeout_s=b["shutdown_timeout_s"],
             max_rpc_bytes=b["max_rpc_bytes"],
+            store=StoreServiceSettings.from_config(config) if config.get("store_service.enabled") else None,
         )
 
 

@@ -30,7 +30,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.config import Config
-from pipeline.records import MESSAGE_COLUMNS, decode_ingest_records
+from pipeline.records import decode_ingest_records
 from pipeline.store_tables import JOB_METRICS_SCHEMA, MESSAGES_SCHEMA, QUARANTINE_SCHEMA
 from pipeline.validation import Limits, with_rejection_reason
 
@@ -87,13 +87,19 @@ def _received_date(col: Column) -> Column:
     return F.date_format(F.timestamp_micros((col * F.lit(1e6)).cast("bigint")), "yyyy-MM-dd")
 
 
-def dedupe_within_batch(valid: DataFrame) -> DataFrame:
-    """One row per message hash: the earliest receive (then lowest Kafka coordinates)."""
+def first_copies(valid: DataFrame, existing_hashes: DataFrame) -> DataFrame:
+    """The rows of `valid` to store: per message hash the earliest receive (then lowest Kafka
+    coordinates), minus hashes already in the table.
+
+    The choice is made on narrow columns (hash, receive time, Kafka coordinates) and applied with
+    a broadcast semi-join on the coordinates, so payloads are never shuffled for it."""
     order = F.struct("received_time", "kafka_partition", "kafka_offset")
-    others = [c for c in MESSAGE_COLUMNS if c != "message_hash"]
-    return (valid.groupBy("message_hash")
-            .agg(F.min_by(F.struct(*others), order).alias("m"))
-            .select("message_hash", "m.*"))
+    winners = (valid.select("message_hash", "received_time", "kafka_partition", "kafka_offset")
+               .groupBy("message_hash")
+               .agg(F.min_by(F.struct("kafka_partition", "kafka_offset"), order).alias("w"))
+               .join(existing_hashes, "message_hash", "left_anti")
+               .select("w.kafka_partition", "w.kafka_offset"))
+    return valid.join(F.broadcast(winners), ["kafka_partition", "kafka_offset"], "left_semi")
 
 
 def write_batch(batch: DataFrame, batch_id: int, config: Config, query_id: str) -> BatchStats:
@@ -101,7 +107,10 @@ def write_batch(batch: DataFrame, batch_id: int, config: Config, query_id: str) 
     spark = batch.sparkSession
     began = time.monotonic()
     limits = Limits.from_config(config)
-    checked = with_rejection_reason(decode_ingest_records(batch), limits).persist()
+    checked = with_rejection_reason(decode_ingest_records(batch), limits)
+    # Raw bytes are kept only for refused rows (quarantine); valid rows carry their decoded form.
+    checked = checked.withColumn(
+        "raw_value", F.when(F.col("reason").isNotNull(), F.col("raw_value"))).persist()
     try:
         stats = BatchStats(rule_failures={})
         buckets: list[int] = []
@@ -123,17 +132,16 @@ def write_batch(batch: DataFrame, batch_id: int, config: Config, query_id: str) 
 
         if stats.valid_rows:
             valid = checked.where(F.col("reason").isNull() & ~F.col("ephemeral"))
-            fresh = dedupe_within_batch(valid)
             ranges = received_time_ranges(buckets, config.get("store.dedup_window_s"))
             existing = (spark.read.format("delta").load(config.table_path("messages"))
                         .where(_in_ranges(F.col("received_time"), ranges))
                         .select("message_hash"))
-            new = (fresh.join(existing, "message_hash", "left_anti")
+            new = (first_copies(valid, existing)
                    .withColumn("received_date", _received_date(F.col("received_time"))))
             files = max(1, math.ceil(stats.valid_rows / config.get("store.rows_per_file")))
-            new = (new.repartitionByRange(files, "received_time", "digest")
-                   .sortWithinPartitions("received_time", "digest")
-                   .select(*STORED_COLUMNS).persist())
+            # Files cover disjoint received_time ranges, rows sorted by (received_time, digest).
+            new = new.repartitionByRange(files, "received_time") if files > 1 else new.coalesce(1)
+            new = new.sortWithinPartitions("received_time", "digest").select(*STORED_COLUMNS).persist()
             with stats.phase("dedupe"):
                 stats.stored_rows = new.count()
             with stats.phase("write_messages"):

@@ -1,0 +1,71 @@
+"""A store client: HistoryRPC queries to a remote /vac/waku/store/2.0.0-beta2 peer (tests, the
+`waku-store` CLI, the benchmark). One stream per query, as the reference clients do.
+
+    async with StoreClient.running() as client:
+        peer = await client.connect("/ip4/127.0.0.1/tcp/60000/p2p/16Uiu2...")
+        page = await client.query(peer, StoreQuery(content_topics=("/app/1/chat/proto",)))
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.custom_types import TProtocol
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
+
+from ingest.host import build_host
+from ingest.settings import parse_peer
+from ingest.store.codec import STORE_CODEC, FrameReader, RemotePage, decode_rpc, frame, page_from_response, query_to_proto
+from pipeline.store_query import StoreQuery
+from schemas import store_beta2_pb2 as pb
+
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+class StoreError(Exception):
+    """The peer did not answer with a HistoryRPC response."""
+
+
+class StoreClient:
+    def __init__(self, host: Any, timeout: float = 30.0) -> None:
+        self.host = host
+        self.timeout = timeout
+
+    @classmethod
+    @asynccontextmanager
+    async def running(cls, timeout: float = 30.0) -> AsyncIterator["StoreClient"]:
+        """A client on its own host (no listener)."""
+        host = build_host(create_new_key_pair(), [])
+        async with host.run([]):
+            yield cls(host, timeout)
+
+    async def connect(self, peer: str | PeerInfo) -> ID:
+        info = parse_peer(peer) if isinstance(peer, str) else peer
+        with trio.fail_after(self.timeout):
+            await self.host.connect(info)
+        return info.peer_id
+
+    async def send_raw(self, peer_id: ID, data: bytes) -> bytes | None:
+        """Write `data` as is on a new store stream; the first frame back (None: closed)."""
+        with trio.fail_after(self.timeout):
+            stream = await self.host.new_stream(peer_id, [TProtocol(STORE_CODEC)])
+            try:
+                await stream.write(data)
+                return await FrameReader(stream, MAX_RESPONSE_BYTES).read_frame()
+            finally:
+                await stream.close()
+
+    async def query(self, peer_id: ID, query: StoreQuery, request_id: str | None = None) -> RemotePage:
+        rpc = pb.HistoryRPC(request_id=request_id or uuid.uuid4().hex, query=query_to_proto(query))
+        answer = await self.send_raw(peer_id, frame(rpc.SerializeToString()))
+        if answer is None:
+            raise StoreError("the store peer closed the stream without answering")
+        reply = decode_rpc(answer)
+        if reply.request_id != rpc.request_id:
+            raise StoreError(f"response for request {reply.request_id!r}, expected {rpc.request_id!r}")
+        return page_from_response(reply, query.pubsub_topic)

@@ -1,0 +1,178 @@
+"""The store server: answers HistoryRPC queries on /vac/waku/store/2.0.0-beta2 from the online
+reader (pipeline/store_reader.py). Mounted on the bridge's host (ingest/node.py).
+
+Per stream: read frames until the peer closes (one query per stream, as nwaku clients do, or
+several); answer each with a HistoryRPC response carrying its request_id. An unservable query
+(too many content topics, a bad cursor; see pipeline/store_query.check_query) or a failing
+read gets an empty response and is counted by reason; bytes that are not a HistoryRPC, an
+oversized or broken frame, or silence for request_timeout_s close the stream (counted).
+Queries run in worker threads (at most max_concurrent_queries at once), so the trio loop
+keeps serving relay and other streams.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from google.protobuf.message import DecodeError
+from libp2p.custom_types import TProtocol
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from ingest.store.codec import STORE_CODEC, FrameError, FrameReader, decode_rpc, frame, query_from_proto, response_rpc
+from pipeline.store_query import StoreLimits, check_query
+
+log = logging.getLogger("ingest.store")
+
+REJECT_REASONS = ("too_many_content_topics", "bad_page_size", "bad_cursor_time", "bad_cursor_digest", "no_query", "error")
+CLOSE_REASONS = ("undecodable", "bad_frame", "timeout")
+LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+@dataclass(frozen=True)
+class StoreServiceSettings:
+    enabled: bool = True
+    limits: StoreLimits = StoreLimits()
+    max_request_bytes: int = 1048576
+    max_concurrent_queries: int = 2
+    request_timeout_s: float = 10.0
+    reader: Any = None  # pipeline.store_reader.ReaderSettings (what StoreServer.start opens)
+
+    @classmethod
+    def from_config(cls, config: Any) -> "StoreServiceSettings":
+        from pipeline.config import ConfigError
+
+        s = config["store_service"]
+        for key in ("default_page_size", "max_page_size", "max_content_topics", "max_request_bytes",
+                    "max_scan_rows", "max_concurrent_queries", "cache_mb"):
+            if s[key] < 1:
+                raise ConfigError(f"store_service.{key}: expected at least 1, got {s[key]}")
+        for key in ("refresh_interval_s", "request_timeout_s"):
+            if s[key] <= 0:
+                raise ConfigError(f"store_service.{key}: expected a positive number of seconds, got {s[key]}")
+        if s["default_page_size"] > s["max_page_size"]:
+            raise ConfigError("store_service.default_page_size: must not exceed max_page_size")
+        from pipeline.store_reader import ReaderSettings
+
+        return cls(s["enabled"], StoreLimits.from_config(config), s["max_request_bytes"],
+                   s["max_concurrent_queries"], s["request_timeout_s"], ReaderSettings.from_config(config))
+
+
+class StoreMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.queries = Counter("waku_store_queries", "History queries answered (empty responses included)", registry=r)
+        self.rejected = Counter("waku_store_rejected", "Queries answered empty because unservable, by reason",
+                                ["reason"], registry=r)
+        self.closed = Counter("waku_store_streams_closed", "Streams closed without an answer, by reason",
+                              ["reason"], registry=r)
+        self.latency = Histogram("waku_store_query_seconds", "From a decoded query to its response written",
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        for reason in REJECT_REASONS:
+            self.rejected.labels(reason)
+        for reason in CLOSE_REASONS:
+            self.closed.labels(reason)
+
+    def value(self, name: str, **labels: str) -> float:
+        v = self.registry.get_sample_value(name, labels or None)
+        return 0.0 if v is None else v
+
+
+class StoreServer:
+    """Serve `reader` (anything with .query(StoreQuery) -> Page) on a libp2p host.
+
+        server = StoreServer(reader, StoreServiceSettings.from_config(config))
+        server.mount(host)
+    """
+
+    def __init__(self, reader: Any, settings: StoreServiceSettings = StoreServiceSettings(),
+                 metrics: StoreMetrics | None = None) -> None:
+        self.reader = reader
+        self.settings = settings
+        self.metrics = metrics or StoreMetrics()
+        self._limiter: trio.CapacityLimiter | None = None
+
+    @classmethod
+    def start(cls, host: Any, settings: StoreServiceSettings, registry: CollectorRegistry | None = None) -> "StoreServer":
+        """Open an online reader on settings.reader (following new table versions) and mount
+        the protocol on `host`; close() stops following."""
+        from pipeline.store_reader import StoreReader
+
+        reader = StoreReader(settings.reader)
+        reader.follow()
+        server = cls(reader, settings, StoreMetrics(registry))
+        server.mount(host)
+        log.info("store: serving %s from %s (table version %s)", STORE_CODEC, settings.reader.table_path,
+                 reader.snapshot.version if reader.snapshot else "none yet")
+        return server
+
+    def mount(self, host: Any) -> None:
+        host.set_stream_handler(TProtocol(STORE_CODEC), self.handle)
+
+    def close(self) -> None:
+        close = getattr(self.reader, "close", None)
+        if close is not None:
+            close()
+
+    async def handle(self, stream: Any) -> None:
+        if self._limiter is None:
+            self._limiter = trio.CapacityLimiter(self.settings.max_concurrent_queries)
+        frames = FrameReader(stream, self.settings.max_request_bytes)
+        try:
+            while True:
+                with trio.move_on_after(self.settings.request_timeout_s) as timeout:
+                    data = await frames.read_frame()
+                if timeout.cancelled_caught:
+                    self.metrics.closed.labels("timeout").inc()
+                    return
+                if data is None:
+                    return
+                try:
+                    rpc = decode_rpc(data)
+                except DecodeError:
+                    self.metrics.closed.labels("undecodable").inc()
+                    log.debug("store: undecodable RPC from %s", _peer(stream))
+                    return
+                await stream.write(frame(await self._answer(rpc, stream)))
+        except FrameError as exc:
+            self.metrics.closed.labels("bad_frame").inc()
+            log.debug("store: %s from %s", exc, _peer(stream))
+        except Exception as exc:  # noqa: BLE001 - a broken stream must not take the node down
+            log.debug("store: stream from %s ended: %s: %s", _peer(stream), type(exc).__name__, exc)
+        finally:
+            with trio.move_on_after(1):
+                try:
+                    await stream.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    async def _answer(self, rpc: Any, stream: Any) -> bytes:
+        began = time.perf_counter()
+        self.metrics.queries.inc()
+        page = None
+        if not rpc.HasField("query"):
+            reason: str | None = "no_query"
+        else:
+            query = query_from_proto(rpc.query)
+            reason = check_query(query, self.settings.limits)
+            if reason is None:
+                try:
+                    page = await trio.to_thread.run_sync(self.reader.query, query, limiter=self._limiter)
+                except Exception:  # noqa: BLE001 - answer empty, count, keep serving
+                    log.exception("store: query %r failed", rpc.request_id)
+                    reason = "error"
+        if reason is not None:
+            self.metrics.rejected.labels(reason).inc()
+            log.debug("store: query %r from %s answered empty: %s", rpc.request_id, _peer(stream), reason)
+        out = response_rpc(rpc.request_id, page).SerializeToString()
+        self.metrics.latency.observe(time.perf_counter() - began)
+        return out
+
+
+def _peer(stream: Any) -> str:
+    try:
+        return stream.muxed_conn.peer_id.to_base58()
+    except Exception:  # noqa: BLE001
+        return "?"

@@ -1,0 +1,241 @@
+"""13/WAKU2-STORE 2.0.0-beta2 history queries over the Delta `messages` table: the one
+implementation of the paging semantics, used by the online reader (pipeline/store_reader.py),
+the libp2p store protocol (ingest/store/), the `waku-store` CLI and, as a DataFrame function,
+by Spark users.
+
+Semantics (../shared/DESIGN.md "Store 2.0.0-beta2 paging"):
+- a message's Index is (received_time, digest); the order is received_time, then digest as
+  unsigned bytes;
+- page size 0 -> the default (20); above the maximum (100) -> the maximum;
+- forward: the messages after the cursor; backward: the messages before it (the cursor is
+  exclusive and is a position: valid whether or not a message sits there); no cursor: the
+  first (forward) or last (backward) page;
+- pages are always returned oldest first; the response cursor is the Index of the last
+  (forward) or first (backward) message of the page, absent for an empty page;
+- empty pubsub topic / content filters mean "any".
+
+A query that cannot be served (`check_query` gives a reason) gets an empty page.
+
+    from pipeline.store_query import StoreQuery, history_page
+    page = history_page(spark, config.table_path("messages"), StoreQuery(pubsub_topic="/waku/2/rs/1/0"))
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from pipeline.config import Config
+
+DIGEST_BYTES = 32
+# Page sizes from here on (no signed 64-bit integer) are refused rather than clamped.
+MAX_PAGE_SIZE_VALUE = 2**63
+MIN_DIGEST = b"\x00" * DIGEST_BYTES
+MAX_DIGEST = b"\xff" * DIGEST_BYTES
+
+# Columns a page needs: the Index, the filters, and the WakuMessage fields.
+PAGE_COLUMNS = ("received_time", "digest", "pubsub_topic", "content_topic", "payload", "version",
+                "timestamp", "meta", "rate_limit_proof")
+
+
+@dataclass(frozen=True, order=True)
+class Index:
+    """A position in the store order: (received_time, digest)."""
+    received_time: float
+    digest: bytes
+
+    @classmethod
+    def at_time(cls, t: float) -> "Index":
+        """The position just before every message received at `t` (a forward start, or a
+        backward end exclusive of `t`)."""
+        return cls(float(t), MIN_DIGEST)
+
+
+@dataclass(frozen=True)
+class StoreLimits:
+    default_page_size: int = 20
+    max_page_size: int = 100
+    max_content_topics: int = 100
+
+    @classmethod
+    def from_config(cls, config: "Config") -> "StoreLimits":
+        s = config["store_service"]
+        return cls(s["default_page_size"], s["max_page_size"], s["max_content_topics"])
+
+
+@dataclass(frozen=True)
+class StoreQuery:
+    pubsub_topic: str = ""
+    content_topics: tuple[str, ...] = ()
+    cursor: Index | None = None
+    forward: bool = True
+    page_size: int = 0
+
+    def with_cursor(self, cursor: Index | None) -> "StoreQuery":
+        return StoreQuery(self.pubsub_topic, self.content_topics, cursor, self.forward, self.page_size)
+
+
+@dataclass
+class StoredMessage:
+    """One stored message: its Index, its pubsub topic and the WakuMessage fields."""
+    received_time: float
+    digest: bytes
+    pubsub_topic: str
+    content_topic: str
+    payload: bytes = b""
+    version: int | None = None
+    timestamp: int | None = None
+    meta: bytes | None = None
+    rate_limit_proof: bytes | None = None
+
+    @property
+    def index(self) -> Index:
+        return Index(self.received_time, self.digest)
+
+    @classmethod
+    def from_mapping(cls, row: Any) -> "StoredMessage":
+        get = row.get if isinstance(row, dict) else (lambda k: row[k])
+        return cls(float(get("received_time")), bytes(get("digest")), get("pubsub_topic"), get("content_topic"),
+                   bytes(get("payload") or b""), get("version"), get("timestamp"),
+                   None if get("meta") is None else bytes(get("meta")),
+                   None if get("rate_limit_proof") is None else bytes(get("rate_limit_proof")))
+
+
+@dataclass
+class Page:
+    """Messages oldest first, and the response cursor (None: no further page)."""
+    messages: list[StoredMessage] = field(default_factory=list)
+    cursor: Index | None = None
+    forward: bool = True
+    rows_scanned: int = 0
+    # True when the reader's scan budget ended the page early: `cursor` is then the scan
+    # frontier (a position), and the next page continues from there.
+    partial: bool = False
+
+
+def page_size_of(requested: int, limits: StoreLimits = StoreLimits()) -> int:
+    if requested <= 0:
+        return limits.default_page_size
+    return min(requested, limits.max_page_size)
+
+
+def check_query(query: StoreQuery, limits: StoreLimits = StoreLimits()) -> str | None:
+    """Why the query cannot be served (a short reason used as a metric label), or None."""
+    if len(query.content_topics) > limits.max_content_topics:
+        return "too_many_content_topics"
+    if query.page_size >= MAX_PAGE_SIZE_VALUE:
+        return "bad_page_size"
+    c = query.cursor
+    if c is not None:
+        if not math.isfinite(float(c.received_time)):
+            return "bad_cursor_time"
+        if len(c.digest) != DIGEST_BYTES:
+            return "bad_cursor_digest"
+    return None
+
+
+def key_of(m: StoredMessage) -> tuple[float, bytes]:
+    return (m.received_time, m.digest)
+
+
+def after_cursor(key: tuple[float, bytes], query: StoreQuery) -> bool:
+    """Whether a message at `key` is on the queried side of the cursor."""
+    c = query.cursor
+    if c is None:
+        return True
+    return key > (c.received_time, c.digest) if query.forward else key < (c.received_time, c.digest)
+
+
+def matches_topics(pubsub_topic: str, content_topic: str, query: StoreQuery) -> bool:
+    if query.pubsub_topic and pubsub_topic != query.pubsub_topic:
+        return False
+    return not query.content_topics or content_topic in query.content_topics
+
+
+def finish_page(candidates: Iterable[StoredMessage], query: StoreQuery, limits: StoreLimits = StoreLimits(),
+                rows_scanned: int = 0) -> Page:
+    """The page from matching messages on the queried side of the cursor (any order, any
+    superset of the page): the `n` nearest to the cursor, oldest first, with the cursor."""
+    n = page_size_of(query.page_size, limits)
+    ordered = sorted(candidates, key=key_of, reverse=not query.forward)[:n]
+    if not query.forward:
+        ordered.reverse()
+    cursor = None
+    if ordered:
+        cursor = ordered[-1].index if query.forward else ordered[0].index
+    return Page(ordered, cursor, query.forward, rows_scanned)
+
+
+def page_from_rows(rows: Iterable[StoredMessage], query: StoreQuery, limits: StoreLimits = StoreLimits()) -> Page:
+    """The plain-Python form (small tables, tests): filter `rows`, then `finish_page`."""
+    if check_query(query, limits):
+        return Page(forward=query.forward)
+    rows = list(rows)
+    hits = [m for m in rows if matches_topics(m.pubsub_topic, m.content_topic, query)
+            and after_cursor(key_of(m), query)]
+    return finish_page(hits, query, limits, len(rows))
+
+
+# --- Spark --------------------------------------------------------------------------------
+
+def history_page_df(messages: "DataFrame", query: StoreQuery, limits: StoreLimits = StoreLimits()) -> "DataFrame":
+    """The page as a DataFrame (rows of `messages`, oldest first), for Spark users:
+
+        df = spark.read.format("delta").load(config.table_path("messages"))
+        history_page_df(df, StoreQuery(content_topics=("/app/1/chat/proto",), forward=False)).show()
+
+    An unservable query gives an empty DataFrame. The filters are plain column predicates, so
+    Delta skips files by the received_time and topic statistics."""
+    from pyspark.sql import functions as F
+
+    if check_query(query, limits):
+        return messages.limit(0)
+    df = messages
+    if query.pubsub_topic:
+        df = df.where(F.col("pubsub_topic") == query.pubsub_topic)
+    if query.content_topics:
+        df = df.where(F.col("content_topic").isin(list(query.content_topics)))
+    c = query.cursor
+    if c is not None:
+        t, d = F.lit(c.received_time), F.lit(bytearray(c.digest))
+        rt, dg = F.col("received_time"), F.col("digest")
+        if query.forward:
+            df = df.where((rt >= t) & ((rt > t) | (dg > d)))
+        else:
+            df = df.where((rt <= t) & ((rt < t) | (dg < d)))
+    n = page_size_of(query.page_size, limits)
+    if query.forward:
+        df = df.orderBy(F.col("received_time").asc(), F.col("digest").asc()).limit(n)
+    else:
+        df = df.orderBy(F.col("received_time").desc(), F.col("digest").desc()).limit(n)
+    return df.orderBy("received_time", "digest")
+
+
+def history_page(spark: "SparkSession", table_path: str, query: StoreQuery,
+                 limits: StoreLimits = StoreLimits()) -> Page:
+    """One page as a Page (collected), through Spark."""
+    df = spark.read.format("delta").load(table_path)
+    rows = history_page_df(df, query, limits).select(*PAGE_COLUMNS).collect()
+    return finish_page([StoredMessage.from_mapping(r.asDict()) for r in rows], query, limits)
+
+
+def history_pages(fetch, query: StoreQuery, max_pages: int | None = None):
+    """Follow the cursors: yields pages from `fetch(query) -> Page` until an empty one (or a
+    page without cursor). Works with any of the three forms (Spark, reader, libp2p client).
+    A partial page (reader scan budget) may be empty and still carry a cursor: follow it."""
+    pages = 0
+    while max_pages is None or pages < max_pages:
+        page = fetch(query)
+        pages += 1
+        yield page
+        if page.cursor is None:
+            return
+        query = query.with_cursor(page.cursor)
+
+
+def sort_messages(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
+    return sorted(messages, key=key_of)

@@ -1,0 +1,421 @@
+"""The online store reader: answers history pages in milliseconds from the latest snapshot of
+the Delta `messages` table, without Spark.
+
+- The snapshot (file list + per-file statistics) is read with the Rust Delta reader
+  (`deltalake`) and followed as the store job commits (`follow()` polls every
+  `store_service.refresh_interval_s`; `refresh()` does it once).
+- A query walks "units" in store order: data files first (Delta min/max statistics on
+  received_time, pubsub_topic and content_topic), then their Parquet row groups (footer
+  statistics), nearest to the cursor first. A unit is read only when its statistics allow a
+  match and it could still hold a message of the page; the walk stops as soon as the page is
+  complete and no unread unit can hold a nearer message. Files may overlap in time (several
+  micro-batches, compaction): the walk is a merge, so the page is exact regardless.
+- Decoded row groups are kept in an LRU cache (`store_service.cache_mb`), so a client paging
+  along the cursor reads each row group once.
+- Each query reads at most `store_service.max_scan_rows` rows. When that budget ends a page
+  early the page is partial: it holds the messages found so far and its cursor is the scan
+  frontier (a position with no message), from which the next query continues. No query scans
+  the whole table for one page.
+
+The page semantics are pipeline/store_query.py's (`finish_page`, `check_query`).
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.store_query import (
+    MAX_DIGEST,
+    MIN_DIGEST,
+    PAGE_COLUMNS,
+    Index,
+    Page,
+    StoredMessage,
+    StoreLimits,
+    StoreQuery,
+    check_query,
+    finish_page,
+    page_size_of,
+)
+
+log = logging.getLogger("pipeline.store_reader")
+
+# Delta truncates string statistics to this many characters (a truncated max is then only a
+# prefix bound, compared conservatively).
+DELTA_STRING_PREFIX = 32
+
+
+@dataclass(frozen=True)
+class ReaderSettings:
+    table_path: str
+    limits: StoreLimits = StoreLimits()
+    max_scan_rows: int = 1_000_000
+    refresh_interval_s: float = 1.0
+    cache_mb: int = 512
+
+    @classmethod
+    def from_config(cls, config: Any) -> "ReaderSettings":
+        s = config["store_service"]
+        return cls(config.table_path("messages"), StoreLimits.from_config(config), s["max_scan_rows"],
+                   s["refresh_interval_s"], s["cache_mb"])
+
+
+@dataclass
+class _Stats:
+    """Min/max of a unit (None: unknown, the unit may hold anything)."""
+    min_rt: float = -math.inf
+    max_rt: float = math.inf
+    pubsub: tuple[str | None, str | None] = (None, None)
+    content: tuple[str | None, str | None] = (None, None)
+    rows: int = 0
+
+
+@dataclass
+class _File:
+    path: str
+    stats: _Stats
+    row_groups: list[tuple[int, _Stats]] | None = None  # from the footer, on first use
+
+
+@dataclass
+class Snapshot:
+    version: int
+    files: list[_File] = field(default_factory=list)
+
+
+def _in_range(value: str, lo: str | None, hi: str | None, truncated_max: bool) -> bool:
+    if lo is not None and value < lo:
+        return False
+    if hi is not None and value > hi:
+        if not truncated_max or len(hi) < DELTA_STRING_PREFIX:
+            return False
+        n = DELTA_STRING_PREFIX - 1
+        return value[:n] <= hi[:n]
+    return True
+
+
+def _may_match(st: _Stats, query: StoreQuery, truncated: bool) -> bool:
+    c = query.cursor
+    if c is not None:
+        if query.forward and st.max_rt < c.received_time:
+            return False
+        if not query.forward and st.min_rt > c.received_time:
+            return False
+    if query.pubsub_topic and not _in_range(query.pubsub_topic, *st.pubsub, truncated):
+        return False
+    if query.content_topics and not any(_in_range(t, *st.content, truncated) for t in query.content_topics):
+        return False
+    return True
+
+
+def _stat(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _footer_stats(md: pq.FileMetaData) -> list[tuple[int, _Stats]]:
+    names = {md.schema.column(i).name: i for i in range(md.num_columns)}
+    out = []
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        st = _Stats(rows=rg.num_rows)
+
+        def minmax(col: str) -> tuple[Any, Any]:
+            i = names.get(col)
+            s = rg.column(i).statistics if i is not None else None
+            if s is None or not s.has_min_max:
+                return (None, None)
+            return (_stat(s.min), _stat(s.max))
+
+        lo, hi = minmax("received_time")
+        st.min_rt = -math.inf if lo is None else float(lo)
+        st.max_rt = math.inf if hi is None else float(hi)
+        st.pubsub = minmax("pubsub_topic")
+        st.content = minmax("content_topic")
+        out.append((g, st))
+    return out
+
+
+class _LRU:
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.items: OrderedDict[Any, pa.Table] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: Any) -> pa.Table | None:
+        with self.lock:
+            t = self.items.get(key)
+            if t is not None:
+                self.items.move_to_end(key)
+            return t
+
+    def put(self, key: Any, table: pa.Table) -> None:
+        with self.lock:
+            if key in self.items:
+                return
+            self.items[key] = table
+            self.bytes += table.nbytes
+            while self.bytes > self.max_bytes and len(self.items) > 1:
+                _, old = self.items.popitem(last=False)
+                self.bytes -= old.nbytes
+
+
+class StoreReader:
+    """Pages of the Delta `messages` table, thread-safe.
+
+        reader = StoreReader(ReaderSettings.from_config(config))
+        reader.refresh()                 # or reader.follow() in the background
+        page = reader.query(StoreQuery(content_topics=("/app/1/chat/proto",)))
+    """
+
+    def __init__(self, settings: ReaderSettings) -> None:
+        self.settings = settings
+        self.snapshot: Snapshot | None = None
+        self._table: Any = None
+        self._cache = _LRU(settings.cache_mb * 1024 * 1024)
+        self._footers: dict[str, list[tuple[int, _Stats]]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.row_groups_read = 0
+
+    # --- the snapshot ---------------------------------------------------------------------
+
+    def refresh(self) -> int | None:
+        """Load the latest table version (no-op when unchanged); returns it (None: no table)."""
+        from deltalake import DeltaTable
+
+        with self._lock:
+            try:
+                if self._table is None:
+                    if not DeltaTable.is_deltatable(self.settings.table_path):
+                        return None
+                    self._table = DeltaTable(self.settings.table_path)
+                else:
+                    self._table.update_incremental()
+            except Exception as exc:  # noqa: BLE001 - keep serving the last snapshot
+                log.warning("cannot refresh %s: %s", self.settings.table_path, exc)
+                return self.snapshot.version if self.snapshot else None
+            version = self._table.version()
+            if self.snapshot is None or self.snapshot.version != version:
+                self.snapshot = self._build(self._table, version)
+                log.debug("store snapshot version %d: %d files", version, len(self.snapshot.files))
+            return version
+
+    def _build(self, dt: Any, version: int) -> Snapshot:
+        feats = dt.protocol().reader_features or []
+        if "deletionVectors" in feats:
+            log.warning("%s uses deletion vectors, which the online reader does not apply",
+                        self.settings.table_path)
+        actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+        root = dt.table_uri
+        if root.startswith("file://"):
+            root = root[len("file://"):]
+        files = []
+        for a in actions:
+            st = _Stats(rows=a.get("num_records") or 0)
+            lo, hi = _stat(a.get("min.received_time")), _stat(a.get("max.received_time"))
+            st.min_rt = -math.inf if lo is None else float(lo)
+            st.max_rt = math.inf if hi is None else float(hi)
+            st.pubsub = (a.get("min.pubsub_topic"), a.get("max.pubsub_topic"))
+            st.content = (a.get("min.content_topic"), a.get("max.content_topic"))
+            path = os.path.join(root, unquote(a["path"]))
+            files.append(_File(path, st, None))
+        # Footers already read (a path names immutable content) are reused.
+        live = {f.path for f in files}
+        for f in files:
+            f.row_groups = self._footers.get(f.path)
+        for path in list(self._footers):
+            if path not in live:
+                del self._footers[path]
+        return Snapshot(version, files)
+
+    def follow(self) -> None:
+        """Refresh every refresh_interval_s in a daemon thread until close()."""
+        if self._thread is not None:
+            return
+
+        def loop() -> None:
+            while not self._stop.wait(self.settings.refresh_interval_s):
+                self.refresh()
+
+        self.refresh()
+        self._thread = threading.Thread(target=loop, name="store-reader-follow", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    # --- queries --------------------------------------------------------------------------
+
+    def query(self, query: StoreQuery) -> Page:
+        """One page (an empty page for an unservable query: see check_query)."""
+        if check_query(query, self.settings.limits):
+            return Page(forward=query.forward)
+        snap = self.snapshot
+        if snap is None:
+            snap_version = self.refresh()
+            snap = self.snapshot
+            if snap_version is None or snap is None:
+                return Page(forward=query.forward)
+        return self._walk(snap, query)
+
+    def _row_groups(self, f: _File) -> list[tuple[int, _Stats]]:
+        if f.row_groups is None:
+            rgs = self._footers.get(f.path)
+            if rgs is None:
+                rgs = _footer_stats(pq.ParquetFile(f.path).metadata)
+                self._footers[f.path] = rgs
+            f.row_groups = rgs
+        return f.row_groups
+
+    def _read(self, path: str, group: int) -> pa.Table:
+        key = (path, group)
+        t = self._cache.get(key)
+        if t is None:
+            pf = pq.ParquetFile(path)
+            have = set(pf.schema_arrow.names)
+            t = pf.read_row_group(group, columns=[c for c in PAGE_COLUMNS if c in have])
+            self.row_groups_read += 1
+            self._cache.put(key, t)
+        return t
+
+    def _matching(self, t: pa.Table, query: StoreQuery, n: int) -> list[StoredMessage]:
+        masks = []
+        if query.pubsub_topic:
+            masks.append(pc.equal(t["pubsub_topic"], query.pubsub_topic))
+        if query.content_topics:
+            masks.append(pc.is_in(t["content_topic"], value_set=pa.array(list(query.content_topics), pa.string())))
+        c = query.cursor
+        if c is not None:
+            rt, dg = t["received_time"], t["digest"]
+            ct, cd = pa.scalar(c.received_time, pa.float64()), pa.scalar(c.digest, pa.binary())
+            if query.forward:
+                masks.append(pc.or_(pc.greater(rt, ct), pc.and_(pc.equal(rt, ct), pc.greater(dg, cd))))
+            else:
+                masks.append(pc.or_(pc.less(rt, ct), pc.and_(pc.equal(rt, ct), pc.less(dg, cd))))
+        if masks:
+            mask = masks[0]
+            for m in masks[1:]:
+                mask = pc.and_(mask, m)
+            t = t.filter(mask)
+        if t.num_rows > n:
+            order = "ascending" if query.forward else "descending"
+            idx = pc.sort_indices(t, sort_keys=[("received_time", order), ("digest", order)])
+            t = t.take(idx[:n])
+        return [StoredMessage.from_mapping(r) for r in t.to_pylist()]
+
+    def _walk(self, snap: Snapshot, query: StoreQuery) -> Page:
+        n = page_size_of(query.page_size, self.settings.limits)
+        fwd = query.forward
+        heap: list[tuple[float, int, _File, int, _Stats]] = []
+        seq = 0
+
+        def push(f: _File, group: int, st: _Stats) -> None:
+            nonlocal seq
+            if _may_match(st, query, truncated=group < 0):
+                heapq.heappush(heap, (st.min_rt if fwd else -st.max_rt, seq, f, group, st))
+                seq += 1
+
+        for f in snap.files:
+            push(f, -1, f.stats)
+        found: list[StoredMessage] = []
+        scanned = 0
+        partial = False
+        frontier: float | None = None
+        while heap:
+            prio, _, f, group, st = heapq.heappop(heap)
+            if len(found) >= n:
+                edge = found[n - 1].received_time
+                if (fwd and st.min_rt > edge) or (not fwd and st.max_rt < edge):
+                    break
+            if group < 0:
+                for g, gst in self._row_groups(f):
+                    push(f, g, gst)
+                continue
+            if scanned >= self.settings.max_scan_rows:
+                partial, frontier = True, (st.min_rt if fwd else st.max_rt)
+                break
+            t = self._read(f.path, group)
+            scanned += t.num_rows
+            found.extend(self._matching(t, query, n))
+            found.sort(key=lambda m: (m.received_time, m.digest), reverse=not fwd)
+            del found[n:]
+        if not partial:
+            return finish_page(found, query, self.settings.limits, scanned)
+        # The budget ended the walk: keep what is certainly nearest (before the frontier), and
+        # continue from the frontier next time.
+        if frontier is None or not math.isfinite(frontier):
+            return finish_page(found, query, self.settings.limits, scanned)
+        if fwd:
+            found = [m for m in found if m.received_time < frontier]
+            cursor = Index(math.nextafter(frontier, -math.inf), MAX_DIGEST)
+        else:
+            found = [m for m in found if m.received_time > frontier]
+            cursor = Index(math.nextafter(frontier, math.inf), MIN_DIGEST)
+        page = finish_page(found, query, self.settings.limits, scanned)
+        page.cursor, page.partial = cursor, True
+        log.info("store query hit the scan budget (%d rows): partial page of %d", scanned, len(page.messages))
+        return page
+
+
+def open_reader(config: Any, follow: bool = True) -> StoreReader:
+    reader = StoreReader(ReaderSettings.from_config(config))
+    if follow:
+        reader.follow()
+    else:
+        reader.refresh()
+    return reader
+
+
+# The Arrow form of pipeline.store_tables.MESSAGES_SCHEMA, to write test and benchmark tables
+# straight into Delta with `deltalake` (no Spark).
+MESSAGES_ARROW_SCHEMA = pa.schema([
+    pa.field("received_time", pa.float64(), False),
+    pa.field("digest", pa.binary(), False),
+    pa.field("message_hash", pa.binary(), False),
+    pa.field("pubsub_topic", pa.string(), False),
+    pa.field("content_topic", pa.string(), False),
+    pa.field("payload", pa.binary()),
+    pa.field("version", pa.int64()),
+    pa.field("timestamp", pa.int64()),
+    pa.field("meta", pa.binary()),
+    pa.field("rate_limit_proof", pa.binary()),
+    pa.field("source", pa.string()),
+    pa.field("bridge_id", pa.string()),
+    pa.field("kafka_topic", pa.string()),
+    pa.field("kafka_partition", pa.int32()),
+    pa.field("kafka_offset", pa.int64()),
+    pa.field("kafka_timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("received_date", pa.string(), False),
+])
+
+
+def write_messages(path: str, rows: pa.Table, mode: str = "append", max_row_group_size: int = 16384) -> None:
+    """Append Arrow rows (MESSAGES_ARROW_SCHEMA) to the Delta messages table at `path`, with
+    the store job's partitioning and statistics columns (tests, benchmarks)."""
+    from deltalake import WriterProperties, write_deltalake
+
+    from pipeline.store_tables import MESSAGES_PROPERTIES
+
+    write_deltalake(path, rows.cast(MESSAGES_ARROW_SCHEMA), mode=mode, partition_by=["received_date"],
+                    configuration={"delta.dataSkippingStatsColumns": MESSAGES_PROPERTIES["delta.dataSkippingStatsColumns"]},
+                    writer_properties=WriterProperties(max_row_group_size=max_row_group_size))
