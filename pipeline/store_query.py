@@ -182,7 +182,8 @@ def page_from_rows(rows: Iterable[StoredMessage], query: StoreQuery, limits: Sto
 
 # --- Spark --------------------------------------------------------------------------------
 
-def history_page_df(messages: "DataFrame", query: StoreQuery, limits: StoreLimits = StoreLimits()) -> "DataFrame":
+def history_page_df(messages: "DataFrame", query: StoreQuery, limits: StoreLimits = StoreLimits(),
+                    oldest_first: bool = True) -> "DataFrame":
     """The page as a DataFrame (rows of `messages`, oldest first), for Spark users:
 
         df = spark.read.format("delta").load(config.table_path("messages"))
@@ -212,14 +213,14 @@ def history_page_df(messages: "DataFrame", query: StoreQuery, limits: StoreLimit
         df = df.orderBy(F.col("received_time").asc(), F.col("digest").asc()).limit(n)
     else:
         df = df.orderBy(F.col("received_time").desc(), F.col("digest").desc()).limit(n)
-    return df.orderBy("received_time", "digest")
+    return df.orderBy("received_time", "digest") if oldest_first else df
 
 
 def history_page(spark: "SparkSession", table_path: str, query: StoreQuery,
                  limits: StoreLimits = StoreLimits()) -> Page:
     """One page as a Page (collected), through Spark."""
     df = spark.read.format("delta").load(table_path)
-    rows = history_page_df(df, query, limits).select(*PAGE_COLUMNS).collect()
+    rows = history_page_df(df, query, limits, oldest_first=False).select(*PAGE_COLUMNS).collect()
     return finish_page([StoredMessage.from_mapping(r.asDict()) for r in rows], query, limits)
 
 
