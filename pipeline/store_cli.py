@@ -189,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress lines on stderr (default: when stderr is a terminal)")
     q.add_argument("--timeout", type=float, default=30.0, help="per-request timeout against a peer (s)")
+    q.add_argument("--reuse-stream", action="store_true",
+                   help="send every page's query on one stream (faster against this project's server; "
+                        "a server that closes after one answer costs a retry per page)")
     return parser
 
 
@@ -214,7 +217,7 @@ async def run_query(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.peer:
         from ingest.store.client import StoreClient
 
-        async with StoreClient.running(timeout=args.timeout) as client:
+        async with StoreClient.running(timeout=args.timeout, reuse_streams=args.reuse_stream) as client:
             peer_id = await client.connect(args.peer)
 
             async def fetch(q: StoreQuery) -> Any:

@@ -175,6 +175,10 @@ class _LRU:
                 self.bytes -= old.nbytes
 
 
+class NotCached(Exception):
+    """query(cached_only=True) would have to read from storage."""
+
+
 class StoreReader:
     """Pages of the Delta `messages` table, thread-safe.
 
@@ -266,8 +270,10 @@ class StoreReader:
 
     # --- queries --------------------------------------------------------------------------
 
-    def query(self, query: StoreQuery) -> Page:
-        """One page (an empty page for an unservable query: see check_query)."""
+    def query(self, query: StoreQuery, cached_only: bool = False) -> Page:
+        """One page (an empty page for an unservable query: see check_query). cached_only:
+        raise NotCached instead of reading a footer or row group that is not in memory (the
+        server answers such queries inline, others in a worker thread)."""
         if check_query(query, self.settings.limits):
             return Page(forward=query.forward)
         snap = self.snapshot
@@ -276,21 +282,25 @@ class StoreReader:
             snap = self.snapshot
             if snap_version is None or snap is None:
                 return Page(forward=query.forward)
-        return self._walk(snap, query)
+        return self._walk(snap, query, cached_only)
 
-    def _row_groups(self, f: _File) -> list[tuple[int, _Stats]]:
+    def _row_groups(self, f: _File, cached_only: bool = False) -> list[tuple[int, _Stats]]:
         if f.row_groups is None:
             rgs = self._footers.get(f.path)
             if rgs is None:
+                if cached_only:
+                    raise NotCached(f.path)
                 rgs = _footer_stats(pq.ParquetFile(f.path).metadata)
                 self._footers[f.path] = rgs
             f.row_groups = rgs
         return f.row_groups
 
-    def _read(self, path: str, group: int) -> pa.Table:
+    def _read(self, path: str, group: int, cached_only: bool = False) -> pa.Table:
         key = (path, group)
         t = self._cache.get(key)
         if t is None:
+            if cached_only:
+                raise NotCached(path)
             pf = pq.ParquetFile(path)
             have = set(pf.schema_arrow.names)
             t = pf.read_row_group(group, columns=[c for c in PAGE_COLUMNS if c in have])
@@ -318,12 +328,22 @@ class StoreReader:
                 mask = pc.and_(mask, m)
             t = t.filter(mask)
         if t.num_rows > n:
+            # The n nearest by received_time (with all rows tied with the n-th), then an exact
+            # sort of those few by (received_time, digest).
             order = "ascending" if query.forward else "descending"
-            idx = pc.sort_indices(t, sort_keys=[("received_time", order), ("digest", order)])
-            t = t.take(idx[:n])
+            rt = t["received_time"]
+            edge = pc.select_k_unstable(rt, k=n, sort_keys=[("dummy", order)])
+            kth = pc.take(rt, edge)
+            if query.forward:
+                t = t.filter(pc.less_equal(rt, pc.max(kth)))
+            else:
+                t = t.filter(pc.greater_equal(rt, pc.min(kth)))
+            if t.num_rows > 1:
+                idx = pc.sort_indices(t, sort_keys=[("received_time", order), ("digest", order)])
+                t = t.take(idx[:n])
         return [StoredMessage.from_mapping(r) for r in t.to_pylist()]
 
-    def _walk(self, snap: Snapshot, query: StoreQuery) -> Page:
+    def _walk(self, snap: Snapshot, query: StoreQuery, cached_only: bool = False) -> Page:
         n = page_size_of(query.page_size, self.settings.limits)
         fwd = query.forward
         heap: list[tuple[float, int, _File, int, _Stats]] = []
@@ -348,13 +368,13 @@ class StoreReader:
                 if (fwd and st.min_rt > edge) or (not fwd and st.max_rt < edge):
                     break
             if group < 0:
-                for g, gst in self._row_groups(f):
+                for g, gst in self._row_groups(f, cached_only):
                     push(f, g, gst)
                 continue
             if scanned >= self.settings.max_scan_rows:
                 partial, frontier = True, (st.min_rt if fwd else st.max_rt)
                 break
-            t = self._read(f.path, group)
+            t = self._read(f.path, group, cached_only)
             scanned += t.num_rows
             found.extend(self._matching(t, query, n))
             found.sort(key=lambda m: (m.received_time, m.digest), reverse=not fwd)

@@ -1,5 +1,7 @@
 """A store client: HistoryRPC queries to a remote /vac/waku/store/2.0.0-beta2 peer (tests, the
-`waku-store` CLI, the benchmark). One stream per query, as the reference clients do.
+`waku-store` CLI, the benchmark). One stream per query, as the reference clients do; with
+reuse_streams=True, one stream per peer carries query after query (this package's server answers
+every frame of a stream; a server that closes after one answer costs a retry on a new stream).
 
     async with StoreClient.running() as client:
         peer = await client.connect("/ip4/127.0.0.1/tcp/60000/p2p/16Uiu2...")
@@ -32,17 +34,29 @@ class StoreError(Exception):
 
 
 class StoreClient:
-    def __init__(self, host: Any, timeout: float = 30.0) -> None:
+    def __init__(self, host: Any, timeout: float = 30.0, reuse_streams: bool = False) -> None:
         self.host = host
         self.timeout = timeout
+        self.reuse_streams = reuse_streams
+        self._streams: dict[ID, tuple[Any, FrameReader]] = {}
+        self._locks: dict[ID, trio.Lock] = {}
 
     @classmethod
     @asynccontextmanager
-    async def running(cls, timeout: float = 30.0) -> AsyncIterator["StoreClient"]:
+    async def running(cls, timeout: float = 30.0, reuse_streams: bool = False) -> AsyncIterator["StoreClient"]:
         """A client on its own host (no listener)."""
         host = build_host(create_new_key_pair(), [])
         async with host.run([]):
-            yield cls(host, timeout)
+            client = cls(host, timeout, reuse_streams)
+            try:
+                yield client
+            finally:
+                for stream, _ in client._streams.values():
+                    with trio.move_on_after(1):
+                        try:
+                            await stream.close()
+                        except Exception:  # noqa: BLE001
+                            pass
 
     async def connect(self, peer: str | PeerInfo) -> ID:
         info = parse_peer(peer) if isinstance(peer, str) else peer
@@ -60,9 +74,41 @@ class StoreClient:
             finally:
                 await stream.close()
 
+    async def _send_reused(self, peer_id: ID, data: bytes) -> bytes | None:
+        lock = self._locks.setdefault(peer_id, trio.Lock())
+        async with lock:
+            for attempt in (1, 2):
+                entry = self._streams.get(peer_id)
+                fresh = entry is None
+                try:
+                    with trio.fail_after(self.timeout):
+                        if entry is None:
+                            stream = await self.host.new_stream(peer_id, [TProtocol(STORE_CODEC)])
+                            entry = self._streams[peer_id] = (stream, FrameReader(stream, MAX_RESPONSE_BYTES))
+                        await entry[0].write(data)
+                        answer = await entry[1].read_frame()
+                except trio.TooSlowError:
+                    self._streams.pop(peer_id, None)
+                    raise
+                except Exception:  # noqa: BLE001 - a stream the server closed: retry on a new one
+                    self._streams.pop(peer_id, None)
+                    if fresh:
+                        raise
+                    continue
+                if answer is None:
+                    self._streams.pop(peer_id, None)
+                    if not fresh:
+                        continue
+                return answer
+            return None
+
     async def query(self, peer_id: ID, query: StoreQuery, request_id: str | None = None) -> RemotePage:
         rpc = pb.HistoryRPC(request_id=request_id or uuid.uuid4().hex, query=query_to_proto(query))
-        answer = await self.send_raw(peer_id, frame(rpc.SerializeToString()))
+        data = frame(rpc.SerializeToString())
+        if self.reuse_streams:
+            answer = await self._send_reused(peer_id, data)
+        else:
+            answer = await self.send_raw(peer_id, data)
         if answer is None:
             raise StoreError("the store peer closed the stream without answering")
         reply = decode_rpc(answer)

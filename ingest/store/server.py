@@ -6,7 +6,8 @@ several); answer each with a HistoryRPC response carrying its request_id. An uns
 (too many content topics, a bad cursor; see pipeline/store_query.check_query) or a failing
 read gets an empty response and is counted by reason; bytes that are not a HistoryRPC, an
 oversized or broken frame, or silence for request_timeout_s close the stream (counted).
-Queries run in worker threads (at most max_concurrent_queries at once), so the trio loop
+A page whose row groups are in the reader's cache is answered inline; one that must read
+storage runs in a worker thread (at most max_concurrent_queries at once), so the trio loop
 keeps serving relay and other streams.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from ingest.store.codec import STORE_CODEC, FrameError, FrameReader, decode_rpc, frame, query_from_proto, response_rpc
 from pipeline.store_query import StoreLimits, check_query
+from pipeline.store_reader import NotCached
 
 log = logging.getLogger("ingest.store")
 
@@ -45,8 +47,10 @@ class StoreServiceSettings:
         from pipeline.config import ConfigError
 
         s = config["store_service"]
+        if s["max_concurrent_queries"] < 0:
+            raise ConfigError(f"store_service.max_concurrent_queries: expected 0 or more, got {s['max_concurrent_queries']}")
         for key in ("default_page_size", "max_page_size", "max_content_topics", "max_request_bytes",
-                    "max_scan_rows", "max_concurrent_queries", "cache_mb"):
+                    "max_scan_rows", "cache_mb"):
             if s[key] < 1:
                 raise ConfigError(f"store_service.{key}: expected at least 1, got {s[key]}")
         for key in ("refresh_interval_s", "request_timeout_s"):
@@ -117,7 +121,7 @@ class StoreServer:
             close()
 
     async def handle(self, stream: Any) -> None:
-        if self._limiter is None:
+        if self._limiter is None and self.settings.max_concurrent_queries > 0:
             self._limiter = trio.CapacityLimiter(self.settings.max_concurrent_queries)
         frames = FrameReader(stream, self.settings.max_request_bytes)
         try:
@@ -159,7 +163,7 @@ class StoreServer:
             reason = check_query(query, self.settings.limits)
             if reason is None:
                 try:
-                    page = await trio.to_thread.run_sync(self.reader.query, query, limiter=self._limiter)
+                    page = await self._query(query)
                 except Exception:  # noqa: BLE001 - answer empty, count, keep serving
                     log.exception("store: query %r failed", rpc.request_id)
                     reason = "error"
@@ -169,6 +173,20 @@ class StoreServer:
         out = response_rpc(rpc.request_id, page).SerializeToString()
         self.metrics.latency.observe(time.perf_counter() - began)
         return out
+
+
+    async def _query(self, query: Any) -> Any:
+        """Pages whose data is in the reader's cache are answered inline (no thread hand-off:
+        a fraction of a millisecond); the others in a worker thread, so that reading storage
+        never stalls the node's event loop. max_concurrent_queries 0: everything inline."""
+        if self.settings.max_concurrent_queries == 0:
+            return self.reader.query(query)
+        try:
+            return self.reader.query(query, cached_only=True)
+        except NotCached:
+            return await trio.to_thread.run_sync(self.reader.query, query, limiter=self._limiter)
+        except TypeError:  # a reader without cached_only
+            return await trio.to_thread.run_sync(self.reader.query, query, limiter=self._limiter)
 
 
 def _peer(stream: Any) -> str:

@@ -139,8 +139,18 @@ def test_libp2p_matches_oracle_and_survives_hostile_queries(table):
                 assert not reply.response.pagingInfo.HasField("cursor")
             assert await client.send_raw(peer, frame(b"\xff\xff\xff\x00garbage")) is None
             assert await client.send_raw(peer, uvarint(2**40) + b"x") is None
-            # ... and the service keeps answering others.
+            # ... and the service keeps answering others, also several queries on one stream.
             assert len((await fetch_all(StoreQuery(page_size=5))).messages) == 5
+            reusing = StoreClient(client.host, timeout=10, reuse_streams=True)
+            query, got = StoreQuery(page_size=7, forward=False), []
+            while True:
+                page = await reusing.query(peer, query)
+                got[:0] = [m.digest for m in page.messages]
+                if page.cursor is None:
+                    break
+                query = query.with_cursor(page.cursor)
+            assert got == [d for _, d in sorted((r["received_time"], r["digest"]) for r in rows)]
+            assert len(reusing._streams) == 1
         return results, server.metrics
 
     results, metrics = trio.run(main)

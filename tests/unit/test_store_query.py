@@ -260,3 +260,17 @@ def test_reader_scan_budget_gives_partial_pages_that_continue(tmp_path):
             pages += 1
         assert sorted(got) == want and len(got) == len(want)
         assert pages > 5
+
+
+def test_reader_cached_only(tmp_path):
+    from pipeline.store_reader import NotCached
+
+    path = str(tmp_path / "t")
+    rows = [make_row(BASE_T + i, PUBSUB[0], CONTENT[0], b"c%d" % i, i) for i in range(50)]
+    write_table(path, rows, random.Random(9), files=1, group=10)
+    reader = reader_for(path)
+    query = StoreQuery(cursor=Index(BASE_T + 20.5, MIN_DIGEST), page_size=5)
+    with pytest.raises(NotCached):
+        reader.query(query, cached_only=True)
+    page = reader.query(query)
+    assert reader.query(query, cached_only=True).messages == page.messages

@@ -1,0 +1,290 @@
+"""Store query benchmark: history pages over libp2p (/vac/waku/store/2.0.0-beta2) from a Delta
+messages table of N rows, with 16 concurrent clients.
+
+    .venv/bin/python tests/benchmarks/store_query.py [--quick] [--rows N] [--clients 16] [--seconds S]
+
+1. Writes N messages straight into a Delta table in a temp dir with `deltalake` (no Spark):
+   received_time over two days (two or three received_date partitions), 8 pubsub topics
+   (static shards), 40 content topics with a skewed (Zipf-like) popularity, 64-byte random
+   payloads, real store digests; files of ~250k rows sorted by (received_time, digest), row
+   groups of --row-group rows. (--table PATH reuses a table written earlier.)
+2. Starts a store server process (the online reader + the libp2p protocol, as the bridge
+   mounts it) and waits until it listens.
+3. C clients (each its own libp2p host and connection), concurrently for S seconds: pick a
+   random query (any or one pubsub topic; none, one or three content topics; direction; page
+   size 20 or 100; start at a random time or at the end) and page along the cursor for up to
+   10 pages; every page is timed from request to decoded response (a new stream per page,
+   as the reference clients do; --reuse-streams: one stream per client). Queries with no
+   result are timed too.
+
+Prints per-page latency percentiles, pages/s and messages/s; the last line is JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT))
+
+BASE_T = 1_795_000_000.0  # 2026-11-18T...
+SPAN_S = 2 * 86_400.0
+PUBSUB = tuple(f"/waku/2/rs/1/{i}" for i in range(8))
+CONTENT = tuple(f"/bench/1/topic-{i:02d}/proto" for i in range(40))
+CONTENT_WEIGHTS = tuple(1.0 / (i + 1) for i in range(40))
+PAYLOAD_BYTES = 64
+
+
+# --- the table ------------------------------------------------------------------------------
+
+def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000) -> float:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from pipeline.store_reader import MESSAGES_ARROW_SCHEMA, write_messages
+
+    began = time.monotonic()
+    rng = np.random.default_rng(1)
+    weights = np.array(CONTENT_WEIGHTS) / sum(CONTENT_WEIGHTS)
+    chunks = max(1, math.ceil(rows / chunk))
+    written = 0
+    for k in range(chunks):
+        n = min(chunk, rows - written)
+        lo = BASE_T + SPAN_S * written / rows
+        hi = BASE_T + SPAN_S * (written + n) / rows
+        rt = np.round(np.sort(rng.uniform(lo, hi, n)), 3)  # ms resolution: some ties
+        ct_idx = rng.choice(len(CONTENT), n, p=weights)
+        ps_idx = rng.integers(0, len(PUBSUB), n)
+        payload = rng.bytes(PAYLOAD_BYTES * n)
+        payloads = [payload[i * PAYLOAD_BYTES:(i + 1) * PAYLOAD_BYTES] for i in range(n)]
+        ct_bytes = [c.encode() for c in CONTENT]
+        digests = [hashlib.sha256(ct_bytes[c] + p).digest() for c, p in zip(ct_idx.tolist(), payloads)]
+        hashes = rng.bytes(32 * n)
+        days = (rt // 86_400).astype("int64").astype("datetime64[D]").astype(str)
+        table = pa.table({
+            "received_time": pa.array(rt, pa.float64()),
+            "digest": pa.array(digests, pa.binary()),
+            "message_hash": pa.array([hashes[i * 32:(i + 1) * 32] for i in range(n)], pa.binary()),
+            "pubsub_topic": pa.array(np.array(PUBSUB)[ps_idx]),
+            "content_topic": pa.array(np.array(CONTENT)[ct_idx]),
+            "payload": pa.array(payloads, pa.binary()),
+            "version": pa.array(np.zeros(n, "int64")),
+            "timestamp": pa.array((rt * 1e9).astype("int64")),
+            "meta": pa.nulls(n, pa.binary()),
+            "rate_limit_proof": pa.nulls(n, pa.binary()),
+            "source": pa.array(["relay"] * n),
+            "bridge_id": pa.array(["bench"] * n),
+            "kafka_topic": pa.array(["waku.messages"] * n),
+            "kafka_partition": pa.array(ps_idx % 4, pa.int32()),
+            "kafka_offset": pa.array(np.arange(written, written + n), pa.int64()),
+            "kafka_timestamp": pa.array((rt * 1e6).astype("int64"), pa.timestamp("us", tz="UTC")),
+            "received_date": pa.array(days),
+        }, schema=MESSAGES_ARROW_SCHEMA)
+        table = table.take(pc.sort_indices(table, [("received_time", "ascending"), ("digest", "ascending")]))
+        # Files of ~250k rows (the store job's rows_per_file), each sorted.
+        for start in range(0, n, 250_000):
+            write_messages(path, table.slice(start, 250_000), max_row_group_size=row_group)
+        written += n
+        print(f"  wrote {written:,} rows ({time.monotonic() - began:.0f} s)", file=sys.stderr, flush=True)
+    return time.monotonic() - began
+
+
+# --- the server process ---------------------------------------------------------------------
+
+def serve(path: str, cache_mb: int, threads: int) -> None:
+    import trio
+    from libp2p.crypto.ed25519 import create_new_key_pair
+
+    from ingest.host import build_host, listen_addrs
+    from ingest.store.server import StoreServer, StoreServiceSettings
+    from pipeline.store_reader import ReaderSettings, StoreReader
+
+    reader = StoreReader(ReaderSettings(path, cache_mb=cache_mb))
+    reader.follow()
+    settings = StoreServiceSettings(max_concurrent_queries=threads)
+
+    async def main() -> None:
+        addrs = listen_addrs("127.0.0.1", 0, -1)
+        host = build_host(create_new_key_pair(), addrs)
+        server = StoreServer(reader, settings)
+        server.mount(host)
+        async with host.run(addrs):
+            print(f"LISTEN {host.get_addrs()[0]}", flush=True)
+            # Until stdin closes (the benchmark ends), then report the server's view.
+            await trio.to_thread.run_sync(sys.stdin.read)
+            v = server.metrics.value
+            print("STATS " + json.dumps({
+                "queries": v("waku_store_queries_total"),
+                "server_latency_sum_s": v("waku_store_query_seconds_sum"),
+                "row_groups_read": reader.row_groups_read,
+                "cache_mb": round(reader._cache.bytes / 2**20),
+                "rejected": sum(v("waku_store_rejected_total", reason=r) for r in
+                                ("too_many_content_topics", "bad_page_size", "bad_cursor_time", "bad_cursor_digest",
+                                 "no_query", "error")),
+            }), flush=True)
+
+    trio.run(main)
+
+
+# --- the clients ----------------------------------------------------------------------------
+
+def random_query(rnd: random.Random):
+    from pipeline.store_query import Index, StoreQuery
+
+    pubsub = rnd.choice(("",) + PUBSUB)
+    k = rnd.choice((0, 1, 1, 3))
+    contents = tuple(dict.fromkeys(rnd.choices(CONTENT, weights=CONTENT_WEIGHTS, k=k)))
+    forward = rnd.random() < 0.5
+    size = rnd.choice((20, 20, 100))
+    cursor = None if rnd.random() < 0.2 else Index.at_time(BASE_T + rnd.random() * SPAN_S)
+    return StoreQuery(pubsub, contents, cursor, forward, size)
+
+
+async def client_loop(addr: str, seconds: float, seed: int, latencies: list, counts: dict, reuse: bool) -> None:
+    import trio
+
+    from ingest.store.client import StoreClient
+
+    rnd = random.Random(seed)
+    async with StoreClient.running(timeout=60, reuse_streams=reuse) as client:
+        peer = await client.connect(addr)
+        await client.query(peer, random_query(rnd))  # warm the connection
+        deadline = trio.current_time() + seconds
+        while trio.current_time() < deadline:
+            query = random_query(rnd)
+            for _ in range(10):
+                t0 = time.perf_counter()
+                page = await client.query(peer, query)
+                latencies.append(time.perf_counter() - t0)
+                counts["pages"] += 1
+                counts["messages"] += len(page.messages)
+                if page.cursor is None or trio.current_time() >= deadline:
+                    break
+                query = query.with_cursor(page.cursor)
+
+
+def run_clients(addr: str, clients: int, seconds: float, reuse: bool = False) -> tuple[list[float], dict, float]:
+    import trio
+
+    latencies: list[float] = []
+    counts = {"pages": 0, "messages": 0}
+
+    async def main() -> float:
+        t0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(clients):
+                nursery.start_soon(client_loop, addr, seconds, 1000 + i, latencies, counts, reuse)
+        return time.perf_counter() - t0
+
+    elapsed = trio.run(main)
+    return latencies, counts, elapsed
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))] if s else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="200k rows, 15 s")
+    ap.add_argument("--rows", type=int)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--seconds", type=float)
+    ap.add_argument("--row-group", type=int, default=16_384, help="Parquet row group size (rows)")
+    ap.add_argument("--cache-mb", type=int, default=2048)
+    ap.add_argument("--threads", type=int, default=2,
+                    help="store_service.max_concurrent_queries of the server (0: every query inline)")
+    ap.add_argument("--reuse-streams", action="store_true",
+                    help="each client keeps one stream for all its pages (default: a new stream per page)")
+    ap.add_argument("--table", help="reuse the Delta table at this path (not deleted)")
+    ap.add_argument("--keep", action="store_true", help="keep the generated table")
+    ap.add_argument("--serve", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve:
+        serve(args.serve, args.cache_mb, args.threads)
+        return 0
+    rows = args.rows or (200_000 if args.quick else 10_000_000)
+    seconds = args.seconds or (15.0 if args.quick else 60.0)
+
+    tmp = None
+    write_s = None
+    if args.table:
+        path = args.table
+    else:
+        tmp = tempfile.mkdtemp(prefix="waku-store-bench-")
+        path = os.path.join(tmp, "messages")
+        print(f"writing {rows:,} messages to {path}", file=sys.stderr, flush=True)
+        write_s = write_table(path, rows, args.row_group)
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(path)
+    actual_rows = sum(pa_num for pa_num in __import__("pyarrow").table(dt.get_add_actions(flatten=True))
+                      .column("num_records").to_pylist())
+    files = len(dt.file_uris())
+
+    server = subprocess.Popen([sys.executable, __file__, "--serve", path, "--cache-mb", str(args.cache_mb),
+                               "--threads", str(args.threads)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    try:
+        line = server.stdout.readline()
+        if not line.startswith("LISTEN "):
+            raise SystemExit(f"the store server did not start: {line!r}")
+        addr = line.split()[1]
+        print(f"store server at {addr}; {args.clients} clients for {seconds:.0f} s", file=sys.stderr, flush=True)
+        latencies, counts, elapsed = run_clients(addr, args.clients, seconds, args.reuse_streams)
+        server.stdin.close()
+        stats_line = server.stdout.readline()
+        server_stats = json.loads(stats_line[len("STATS "):]) if stats_line.startswith("STATS ") else {}
+        server.wait(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        if tmp and not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    ms = [x * 1000 for x in latencies]
+    result = {
+        "benchmark": "store_query",
+        "rows": actual_rows,
+        "files": files,
+        "row_group_rows": args.row_group,
+        "write_s": None if write_s is None else round(write_s, 1),
+        "clients": args.clients,
+        "stream_per_page": not args.reuse_streams,
+        "server_threads": args.threads,
+        "seconds": round(elapsed, 1),
+        "pages": counts["pages"],
+        "messages": counts["messages"],
+        "pages_per_s": round(counts["pages"] / elapsed, 1),
+        "messages_per_s": round(counts["messages"] / elapsed, 1),
+        "latency_p50_ms": round(pct(ms, 50), 2),
+        "latency_p90_ms": round(pct(ms, 90), 2),
+        "latency_p99_ms": round(pct(ms, 99), 2),
+        "latency_max_ms": round(max(ms), 2) if ms else None,
+        "server_mean_ms": round(1000 * server_stats.get("server_latency_sum_s", 0) / max(1, server_stats.get("queries", 1)), 2),
+        "server": server_stats,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    print(f"{result['pages']} pages in {elapsed:.1f} s: {result['pages_per_s']} pages/s, "
+          f"p50 {result['latency_p50_ms']} ms, p99 {result['latency_p99_ms']} ms", file=sys.stderr)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
