@@ -3,6 +3,7 @@
     waku-bridge run [--config FILE] [--set bridge.tcp_port=60000 ...]
     waku-bridge publish --peer /ip4/127.0.0.1/tcp/60000/p2p/<id> [--count N] [--rate R] ...
     waku-bridge id [--set bridge.key_file=...]
+    waku-bridge filter --peer /ip4/127.0.0.1/tcp/60000/p2p/<id> --content-topic /app/1/chat/proto [--count N]
 """
 from __future__ import annotations
 
@@ -166,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     pub.add_argument("--payload", default="hello waku #{i}", help="text payload ({i}: message number)")
     pub.add_argument("--wait-s", type=float, default=30.0, help="how long to wait for peers and the mesh")
     pub.set_defaults(func=cmd_publish)
+
+    from ingest.filter.client import add_filter_command
+    add_filter_command(sub)  # waku-bridge filter: the filter client (docs/filter-service.md)
     return parser
 
 

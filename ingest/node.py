@@ -17,6 +17,7 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from ingest.host import ListenError, build_host, check_listen_addrs, listen_addrs
 from ingest.identity import load_or_create_key, peer_id_of
+from ingest.filter.service import FilterService
 from ingest.kafka_producer import IngestProducer, ProducerSettings
 from ingest.metrics import DROP_REASONS, BridgeMetrics
 from ingest.relay.codec import Reject
@@ -103,6 +104,7 @@ class Bridge:
         self._stop = trio.Event()
         self.stopped = trio.Event()  # set when run() has returned (flushed)
         self._metrics_server: Any = None
+        self.filter: FilterService | None = None  # the filter service, when settings.filter is set
 
     def stop(self) -> None:
         """Ask `run` to shut down (from the trio thread)."""
@@ -174,6 +176,11 @@ class Bridge:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._keep_dialled)
                 nursery.start_soon(self._update_gauges)
+                fs = self.settings.filter
+                if fs is not None:  # serves once its Kafka consumer is positioned (filter.ready)
+                    self.filter = FilterService(host, self.bridge_id, fs, bootstrap_servers=self.settings.bootstrap_servers,
+                                                client_options=self.settings.client_options, registry=self.metrics.registry)
+                    nursery.start_soon(self.filter.run)
                 task_status.started(self)
                 await self._stop.wait()
                 nursery.cancel_scope.cancel()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import multiaddr
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
+from ingest.filter.settings import FilterSettings
 from ingest.relay.codec import Limits, check_pubsub_topic
 from ingest.store.server import StoreServiceSettings
 from pipeline.config import Config, ConfigError
@@ -34,6 +35,7 @@ class BridgeSettings:
     shutdown_timeout_s: float
     max_rpc_bytes: int
     store: StoreServiceSettings | None = None  # the store service ([store_service]); None: off
+    filter: FilterSettings | None = None  # the filter service ([filter]); None: off
 
     @classmethod
     def from_config(cls, config: Config) -> "BridgeSettings":
@@ -83,6 +85,7 @@ class BridgeSettings:
             shutdown_timeout_s=b["shutdown_timeout_s"],
             max_rpc_bytes=b["max_rpc_bytes"],
             store=StoreServiceSettings.from_config(config) if config.get("store_service.enabled") else None,
+            filter=FilterSettings.from_config(config, topics[0]) if config.get("filter.enabled") else None,
         )
 
 

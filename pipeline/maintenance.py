@@ -88,16 +88,21 @@ def apply_retention(spark: SparkSession, config: Config, now: float | None = Non
     return report
 
 
-def compact(spark: SparkSession, config: Config, report: MaintenanceReport | None = None) -> MaintenanceReport:
-    """Rewrite small files into large ones sorted by received_time (ZORDER on one column is a
-    sort), keeping per-file received_time ranges tight for cursor reads."""
+def compact(spark: SparkSession, config: Config, report: MaintenanceReport | None = None,
+            now: float | None = None) -> MaintenanceReport:
+    """Rewrite the recent days' files into large ones sorted by received_time (ZORDER on one
+    column is a sort), keeping per-file received_time ranges tight for cursor reads. Only the
+    last `store.compact_days` UTC days are rewritten: older days were compacted before."""
     from delta.tables import DeltaTable
 
     report = report or MaintenanceReport()
+    now = time.time() if now is None else now
+    since = time.strftime("%Y-%m-%d", time.gmtime(now - (config.get("store.compact_days") - 1) * 86400.0))
     path = config.table_path("messages")
     spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(config.get("store.optimize_target_file_bytes")))
     report.files_before = _file_count(spark, path)
-    _retry("optimize", lambda: DeltaTable.forPath(spark, path).optimize().executeZOrderBy("received_time"))
+    _retry("optimize", lambda: DeltaTable.forPath(spark, path).optimize()
+           .where(f"received_date >= '{since}'").executeZOrderBy("received_time"))
     for table in ("quarantine", "job_metrics"):
         _retry(f"optimize {table}",
                lambda t=table: DeltaTable.forPath(spark, config.table_path(t)).optimize().executeCompaction())

@@ -1,0 +1,264 @@
+"""The filter service inside a bridge: stream handlers for filter-subscribe v2 and v00, the
+subscription view, the SubscriptionEvent producer (waku.subscriptions, keyed by peer id), the
+pusher, and a sweep that expires criteria past the TTL and peers unreachable for
+``unreachable_timeout_s`` (each produces an EXPIRE event).
+
+    service = FilterService(host, bridge_id, settings, bootstrap_servers=..., registry=...)
+    await nursery.start(service.run)      # until cancelled; then the producer is flushed
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import trio
+from google.protobuf.message import DecodeError
+from libp2p.peer.id import ID
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from ingest.filter.codec import FILTER_PUSH_CODEC, FILTER_SUBSCRIBE_CODEC, FILTER_V00_CODEC, frame
+from ingest.filter.legacy import handle_v00_stream, push_rpc
+from ingest.filter.pusher import Dedup, PushConsumer
+from ingest.filter.server import handle_subscribe_stream
+from ingest.filter.settings import FilterSettings
+from ingest.filter.state import SubscriptionView
+from ingest.kafka_producer import IngestProducer, ProducerSettings
+from schemas import filter_v2_pb2 as fv2
+from schemas import pipeline_records_pb2 as pr
+
+log = logging.getLogger("ingest.filter")
+
+
+class FilterMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.requests = Counter("waku_filter_requests", "Filter requests by type and answered status (0: not answered)",
+                                ["type", "status"], registry=r)
+        self.pushes = Counter("waku_filter_pushes", "Push records by outcome", ["outcome"], registry=r)
+        self.expired = Counter("waku_filter_expired_peers", "Peers whose subscriptions expired, by reason",
+                               ["reason"], registry=r)
+        self.peers = Gauge("waku_filter_subscribed_peers", "Peers with subscriptions on this bridge", registry=r)
+        self.criteria = Gauge("waku_filter_criteria", "Criteria held on this bridge", registry=r)
+
+    def value(self, name: str, **labels: str) -> float:
+        v = self.registry.get_sample_value(name, labels or None)
+        return 0.0 if v is None else v
+
+
+def ensure_topics(bootstrap_servers: str, client_options: Mapping[str, str], topics: Mapping[str, int]) -> None:
+    """Create missing topics (the embedded broker does not auto-create); failures are logged."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    from ingest.kafka_producer import _client_options
+
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers.split(","), client_id="waku-bridge-admin",
+                                 **_client_options(client_options))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("filter: cannot reach Kafka to create %s: %s", ", ".join(topics), exc)
+        return
+    try:
+        existing = set(admin.list_topics())
+        new = [NewTopic(n, p, 1 if "," not in bootstrap_servers else 3) for n, p in topics.items() if n not in existing]
+        if new:
+            admin.create_topics(new, raise_errors=False)
+            log.info("filter: created topics %s", ", ".join(t.name for t in new))
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                descs = admin.describe_topics([t.name for t in new])
+                if all(d.get("partitions") and not d.get("error_code") for d in descs):
+                    break
+                time.sleep(0.2)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("filter: cannot create topics %s: %s", ", ".join(topics), exc)
+    finally:
+        admin.close()
+
+
+class FilterService:
+    def __init__(self, host: Any, bridge_id: str, settings: FilterSettings, *, bootstrap_servers: str,
+                 client_options: Mapping[str, str] | None = None, registry: CollectorRegistry | None = None,
+                 producer_linger_ms: int = 5) -> None:
+        self.host = host
+        self.bridge_id = bridge_id
+        self.settings = settings
+        self.bootstrap_servers = bootstrap_servers
+        self.client_options = dict(client_options or {})
+        self.producer_linger_ms = producer_linger_ms
+        self.view = SubscriptionView(settings.limits)
+        self.metrics = FilterMetrics(registry)
+        self.lock = trio.Lock()
+        self.producer: IngestProducer | None = None
+        self.consumer: PushConsumer | None = None
+        self.dedup = Dedup(settings.dedup_per_peer)
+        self._queues: dict[str, trio.MemorySendChannel] = {}
+        self._push_failing: set[str] = set()
+        self._nursery: trio.Nursery | None = None
+        self.ready = trio.Event()  # set once requests are served
+
+    @property
+    def push_topic(self) -> str:
+        return self.settings.push_topic(self.bridge_id)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        s = self.settings
+        await trio.to_thread.run_sync(ensure_topics, self.bootstrap_servers, self.client_options,
+                                      {s.subscriptions_topic: s.subscriptions_partitions,
+                                       self.push_topic: s.push_partitions})
+        producer_settings = ProducerSettings(bootstrap_servers=self.bootstrap_servers, topic=s.subscriptions_topic,
+                                             max_outstanding=10_000, backpressure_timeout_s=2.0,
+                                             linger_ms=self.producer_linger_ms, client_options=self.client_options)
+        async with IngestProducer(producer_settings) as producer:
+            self.producer = producer
+            self.consumer = PushConsumer(self.bootstrap_servers, self.push_topic, self.client_options,
+                                         self._deliver, trio.lowlevel.current_trio_token())
+            self.consumer.start()
+            try:
+                # Until the consumer is positioned at the end of the push topic (Kafka may be down).
+                while not await trio.to_thread.run_sync(self.consumer.ready.wait, 1.0, abandon_on_cancel=True):
+                    pass
+                self.host.set_stream_handler(FILTER_SUBSCRIBE_CODEC, self._on_subscribe)
+                if s.legacy_v00:
+                    self.host.set_stream_handler(FILTER_V00_CODEC, self._on_v00)
+                log.info("filter: serving %s%s; pushes from %s", FILTER_SUBSCRIBE_CODEC,
+                         f" and {FILTER_V00_CODEC}" if s.legacy_v00 else "", self.push_topic)
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    nursery.start_soon(self._sweep)
+                    task_status.started(self)
+                    self.ready.set()
+                    await trio.sleep_forever()
+            finally:
+                self.consumer.stop()
+                await trio.to_thread.run_sync(self.consumer.join, 5.0)
+
+    async def _on_subscribe(self, stream: Any) -> None:
+        await handle_subscribe_stream(self, stream)
+
+    async def _on_v00(self, stream: Any) -> None:
+        await handle_v00_stream(self, stream)
+
+    # -- events ---------------------------------------------------------------------------------
+
+    async def emit(self, peer: str, op: int, pubsub_topic: str = "", content_topics: Sequence[str] = (),
+                   request_id: str = "", protocol: str = "") -> bool:
+        """Produce one SubscriptionEvent (keyed by peer id: per-peer order); False if dropped."""
+        assert self.producer is not None
+        ev = pr.SubscriptionEvent(peer_id=peer, bridge_id=self.bridge_id, op=op, pubsub_topic=pubsub_topic or "",
+                                  content_topics=list(content_topics), event_time=time.time(),
+                                  request_id=request_id, protocol=protocol)
+        return await self.producer.put(peer.encode(), ev.SerializeToString(), time.perf_counter())
+
+    def count_request(self, kind: str, status: int) -> None:
+        self.metrics.requests.labels(kind, str(status)).inc()
+
+    def peer_changed(self, peer: str) -> None:
+        """After an unsubscribe: stop the peer's push worker if it has nothing left."""
+        if not self.view.has(peer):
+            q = self._queues.pop(peer, None)
+            if q is not None:
+                q.close()
+            self.dedup.forget(peer)
+            self._push_failing.discard(peer)
+
+    async def _expire(self, peer: str, reason: str) -> None:
+        async with self.lock:
+            if not self.view.remove_peer(peer):
+                return
+            self.peer_changed(peer)
+            self.metrics.expired.labels(reason).inc()
+            log.info("filter: subscriptions of %s expired (%s)", peer, reason)
+            await self.emit(peer, pr.EXPIRE, request_id=reason)
+
+    async def _sweep(self) -> None:
+        s = self.settings
+        while True:
+            await trio.sleep(s.sweep_interval_s)
+            now = time.time()
+            for peer in self.view.expired(now):
+                await self._expire(peer, "ttl")
+            conns = self.host.get_network().connections
+            for peer, state in list(self.view.peers.items()):
+                connected = bool(conns.get(ID.from_base58(peer)))
+                if not connected:
+                    self.view.mark_reachable(peer, False, now)
+                elif peer not in self._push_failing:
+                    self.view.mark_reachable(peer, True, now)
+                    # v00 has no ping: a connected v00 subscriber is refreshed by the bridge.
+                    if (now - state.refreshed > s.limits.ttl_s / 2
+                            and any(c.protocol == "v00" for c in state.criteria.values())):
+                        state.refreshed = now
+                        await self.emit(peer, pr.REFRESH, protocol="v00")
+            for peer in self.view.unreachable(now, s.unreachable_timeout_s):
+                await self._expire(peer, "unreachable")
+            self.view.forget_requests(now)
+            self.metrics.peers.set(len(self.view.peers))
+            self.metrics.criteria.set(self.view.criteria_count())
+
+    # -- pushes ---------------------------------------------------------------------------------
+
+    def _deliver(self, values: list[bytes]) -> None:
+        """On the trio thread: a batch of PushRecord values from the push topic."""
+        for value in values:
+            try:
+                rec = pr.PushRecord.FromString(value)
+            except DecodeError:
+                self.metrics.pushes.labels("undecodable").inc()
+                continue
+            crit = self.view.wanted(rec.peer_id, rec.pubsub_topic, rec.message.content_topic)
+            if crit is None:
+                self.metrics.pushes.labels("not_subscribed").inc()
+                continue
+            if not self.dedup.first(rec.peer_id, rec.message_hash):
+                self.metrics.pushes.labels("duplicate").inc()
+                continue
+            q = self._queues.get(rec.peer_id)
+            if q is None:
+                if self._nursery is None:
+                    continue
+                q, recv = trio.open_memory_channel(self.settings.push_queue_per_peer)
+                self._queues[rec.peer_id] = q
+                self._nursery.start_soon(self._push_worker, rec.peer_id, recv)
+            try:
+                q.send_nowait((rec, crit.protocol, crit.request_id or rec.request_id))
+            except trio.WouldBlock:
+                self.metrics.pushes.labels("queue_full").inc()
+
+    async def _push_worker(self, peer: str, recv: trio.MemoryReceiveChannel) -> None:
+        peer_id = ID.from_base58(peer)
+        async with recv:
+            async for rec, protocol, request_id in recv:
+                ok = await self._push_one(peer_id, rec, protocol, request_id)
+                self.metrics.pushes.labels("pushed" if ok else "failed").inc()
+                now = time.time()
+                if ok:
+                    self._push_failing.discard(peer)
+                    self.view.mark_reachable(peer, True, now)
+                else:
+                    self._push_failing.add(peer)
+                    self.view.mark_reachable(peer, False, now)
+
+    async def _push_one(self, peer_id: ID, rec: Any, protocol: str, request_id: str) -> bool:
+        if not self.host.get_network().connections.get(peer_id):
+            return False  # only over an existing connection
+        if protocol == "v00":
+            codec, data = FILTER_V00_CODEC, push_rpc(request_id, rec.message)
+        else:
+            codec = FILTER_PUSH_CODEC
+            data = fv2.MessagePush(waku_message=rec.message, pubsub_topic=rec.pubsub_topic).SerializeToString()
+        try:
+            with trio.fail_after(self.settings.push_timeout_s):
+                stream = await self.host.new_stream(peer_id, [codec])
+                try:
+                    await stream.write(frame(data))
+                finally:
+                    await stream.close()
+            return True
+        except Exception as exc:  # noqa: BLE001 - any failure: unreachable for now
+            log.debug("filter: push to %s failed: %s: %s", peer_id, type(exc).__name__, exc)
+            return False

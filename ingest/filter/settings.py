@@ -1,0 +1,65 @@
+"""The filter service's settings: section [filter] plus limits.max_content_topics_per_filter_request
+and the topics; ConfigError one-liners for bad values."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ingest.filter.state import FilterLimits
+from pipeline.config import Config, ConfigError
+
+
+@dataclass(frozen=True)
+class FilterSettings:
+    enabled: bool = True
+    legacy_v00: bool = True
+    limits: FilterLimits = field(default_factory=FilterLimits)
+    subscriptions_topic: str = "waku.subscriptions"
+    push_prefix: str = "waku.push."
+    push_partitions: int = 2
+    subscriptions_partitions: int = 4
+    unreachable_timeout_s: float = 60.0
+    push_timeout_s: float = 5.0
+    push_queue_per_peer: int = 1000
+    dedup_per_peer: int = 4096
+    # v00 requests may leave out the pubsub topic: their criteria are on this one.
+    default_pubsub_topic: str = "/waku/2/default-waku/proto"
+    sweep_interval_s: float = 1.0
+
+    def push_topic(self, bridge_id: str) -> str:
+        return f"{self.push_prefix}{bridge_id}"
+
+    @classmethod
+    def from_config(cls, config: Config, default_pubsub_topic: str | None = None) -> "FilterSettings":
+        f = config["filter"]
+        for key in ("max_criteria_per_peer", "max_peers", "push_queue_per_peer", "dedup_per_peer"):
+            if f[key] < 1:
+                raise ConfigError(f"filter.{key}: expected at least 1, got {f[key]}")
+        if f["max_requests_per_peer_per_minute"] < 0:
+            raise ConfigError("filter.max_requests_per_peer_per_minute: expected 0 (no limit) or more")
+        for key in ("subscription_ttl_s", "unreachable_timeout_s", "push_timeout_s"):
+            if f[key] <= 0:
+                raise ConfigError(f"filter.{key}: expected a positive number of seconds, got {f[key]}")
+        max_topics = config.get("limits.max_content_topics_per_filter_request")
+        if max_topics < 1:
+            raise ConfigError("limits.max_content_topics_per_filter_request: expected at least 1")
+        limits = FilterLimits(
+            max_content_topics_per_request=max_topics,
+            max_criteria_per_peer=f["max_criteria_per_peer"],
+            max_peers=f["max_peers"],
+            max_requests_per_peer_per_minute=f["max_requests_per_peer_per_minute"],
+            ttl_s=f["subscription_ttl_s"],
+        )
+        return cls(
+            enabled=f["enabled"],
+            legacy_v00=f["legacy_v00"],
+            limits=limits,
+            subscriptions_topic=config.get("topics.subscriptions"),
+            push_prefix=config.get("topics.push_prefix"),
+            push_partitions=config.get("topics.push_partitions"),
+            subscriptions_partitions=config.get("topics.subscriptions_partitions"),
+            unreachable_timeout_s=f["unreachable_timeout_s"],
+            push_timeout_s=f["push_timeout_s"],
+            push_queue_per_peer=f["push_queue_per_peer"],
+            dedup_per_peer=f["dedup_per_peer"],
+            default_pubsub_topic=default_pubsub_topic or "/waku/2/default-waku/proto",
+        )

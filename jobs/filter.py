@@ -1,0 +1,36 @@
+"""Filter job: waku.messages ⋈ Delta `subscriptions` on (pubsub_topic, content_topic) -> push records on waku.push.<bridge_id>."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from pipeline.config import ConfigError, add_config_arguments, config_from_args
+from pipeline.filter_match import start_filter_query
+from pipeline.session import build_session
+
+log = logging.getLogger("waku.jobs.filter")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="filter", description=__doc__)
+    add_config_arguments(parser)
+    parser.add_argument("--realtime", action="store_true",
+                        help="Spark's real-time mode (same as --set filter.trigger=realtime)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.realtime:
+        args.overrides.append("filter.trigger=realtime")
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    spark = build_session(config, "filter")
+    query = start_filter_query(spark, config)
+    query.awaitTermination()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

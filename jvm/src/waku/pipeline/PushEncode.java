@@ -1,0 +1,95 @@
+package waku.pipeline;
+
+import com.google.protobuf.ByteString;
+import com.google.protobuf.CodedInputStream;
+import com.google.protobuf.CodedOutputStream;
+import com.google.protobuf.WireFormat;
+
+import org.apache.spark.sql.api.java.UDF5;
+
+import java.io.IOException;
+
+/**
+ * The filter job's encoder (the counterpart of {@link ProtoDecode} for one message):
+ * {@code (IngestRecord bytes, peer_id, message_hash, protocol, request_id) -> PushRecord bytes}.
+ *
+ * <p>The WakuMessage is copied from the IngestRecord (field 2) byte for byte, never re-encoded,
+ * so a push carries exactly what was relayed; the pubsub topic is IngestRecord field 1.
+ * PushRecord (schemas/pipeline_records.proto): 1 peer_id, 2 pubsub_topic, 3 message,
+ * 4 message_hash, 5 protocol, 6 request_id. Null input, bytes that do not parse or a record
+ * without message -> null (the filter job drops such rows before; this is a guard).
+ */
+public final class PushEncode implements UDF5<byte[], String, byte[], String, String, byte[]> {
+  private static final long serialVersionUID = 1L;
+
+  private static final int INGEST_PUBSUB_TOPIC = 1;
+  private static final int INGEST_MESSAGE = 2;
+
+  @Override
+  public byte[] call(byte[] ingest, String peerId, byte[] messageHash, String protocol, String requestId) {
+    if (ingest == null || peerId == null) {
+      return null;
+    }
+    ByteString topic = ByteString.EMPTY;
+    ByteString message = null;
+    try {
+      CodedInputStream in = CodedInputStream.newInstance(ingest);
+      while (true) {
+        int tag = in.readTag();
+        if (tag == 0) {
+          break;
+        }
+        int field = WireFormat.getTagFieldNumber(tag);
+        int wire = WireFormat.getTagWireType(tag);
+        if (field == INGEST_PUBSUB_TOPIC && wire == WireFormat.WIRETYPE_LENGTH_DELIMITED) {
+          topic = in.readBytes();
+        } else if (field == INGEST_MESSAGE && wire == WireFormat.WIRETYPE_LENGTH_DELIMITED) {
+          message = in.readBytes();
+        } else if (!in.skipField(tag)) {
+          break;
+        }
+      }
+    } catch (IOException e) {
+      return null;
+    }
+    if (message == null) {
+      return null;
+    }
+    int size = CodedOutputStream.computeStringSize(1, peerId);
+    if (!topic.isEmpty()) {
+      size += CodedOutputStream.computeBytesSize(2, topic);
+    }
+    size += CodedOutputStream.computeBytesSize(3, message);
+    if (messageHash != null && messageHash.length > 0) {
+      size += CodedOutputStream.computeByteArraySize(4, messageHash);
+    }
+    if (protocol != null && !protocol.isEmpty()) {
+      size += CodedOutputStream.computeStringSize(5, protocol);
+    }
+    if (requestId != null && !requestId.isEmpty()) {
+      size += CodedOutputStream.computeStringSize(6, requestId);
+    }
+    byte[] out = new byte[size];
+    CodedOutputStream cos = CodedOutputStream.newInstance(out);
+    try {
+      cos.writeString(1, peerId);
+      if (!topic.isEmpty()) {
+        cos.writeBytes(2, topic);
+      }
+      cos.writeBytes(3, message);
+      if (messageHash != null && messageHash.length > 0) {
+        cos.writeByteArray(4, messageHash);
+      }
+      if (protocol != null && !protocol.isEmpty()) {
+        cos.writeString(5, protocol);
+      }
+      if (requestId != null && !requestId.isEmpty()) {
+        cos.writeString(6, requestId);
+      }
+      cos.checkNoSpaceLeft();
+    } catch (IOException e) {
+      throw new IllegalStateException("PushRecord size miscomputed", e);
+    }
+    return out;
+  }
+}

@@ -1,0 +1,113 @@
+"""The filter job: waku.messages (stream) ⋈ Delta `subscriptions` (static) on
+(pubsub_topic, content_topic) -> PushRecords on waku.push.<bridge_id> via Spark's Kafka sink.
+
+* The join is a plain equi-join; Spark picks broadcast-hash or sort-merge from the table's
+  size (spark.sql.autoBroadcastJoinThreshold): `explain_join` reports which.
+* The static side is a Delta table read: every micro-batch plans against the latest snapshot,
+  so a new subscription takes effect at the first batch after the subscriptions job commits it.
+  Criteria past the TTL (`last_refresh` older than filter.subscription_ttl_s at the batch's
+  time) are filtered out at read time, before the subscriptions job deletes them.
+* Ephemeral messages are matched and pushed like any other.
+* No Python on the hot path: IngestRecords are decoded by the JVM UDF ProtoDecode and the
+  PushRecord bytes are built by the JVM UDF PushEncode (jvm/src/waku/pipeline/PushEncode.java),
+  which copies the WakuMessage bytes as relayed.
+* Trigger: micro-batch (processingTime filter.trigger_seconds) or Spark's real-time mode
+  (filter.trigger = "realtime"), selected by configuration.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pipeline.config import Config, ConfigError
+from pipeline.kafka_io import kafka_options, read_topic_stream
+from pipeline.records import decode_ingest_records
+from pipeline.subscriptions import ensure_subscriptions_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("waku.filter")
+
+PUSH_ENCODE_CLASS = "waku.pipeline.PushEncode"
+PUSH_ENCODE_FN = "waku_push_record"
+
+
+def register_push_encoder(spark: "SparkSession") -> str:
+    if not spark.catalog.functionExists(PUSH_ENCODE_FN):
+        spark.udf.registerJavaFunction(PUSH_ENCODE_FN, PUSH_ENCODE_CLASS, T.BinaryType())
+    return PUSH_ENCODE_FN
+
+
+def live_subscriptions(spark: "SparkSession", config: Config) -> "DataFrame":
+    """The static side: criteria refreshed within the TTL (evaluated at each batch's time)."""
+    path = ensure_subscriptions_table(spark, config)
+    ttl = float(config.get("filter.subscription_ttl_s"))
+    subs = spark.read.format("delta").load(path)
+    return subs.where(F.col("last_refresh") >= F.unix_micros(F.current_timestamp()) / F.lit(1e6) - F.lit(ttl)).select(
+        "pubsub_topic", "content_topic", "peer_id", "bridge_id", "protocol", "request_id")
+
+
+def matches(messages: "DataFrame", subscriptions: "DataFrame", push_prefix: str) -> "DataFrame":
+    """Decoded ingest records ⋈ criteria -> Kafka sink rows (topic, key, value)."""
+    spark = messages.sparkSession
+    fn = register_push_encoder(spark)
+    joined = messages.join(subscriptions, ["pubsub_topic", "content_topic"], "inner")
+    return joined.select(
+        F.concat(F.lit(push_prefix), F.col("bridge_id")).alias("topic"),
+        F.col("peer_id").cast("binary").alias("key"),
+        F.call_function(fn, F.col("raw_value"), F.col("peer_id"), F.col("message_hash"),
+                        F.col("protocol"), F.col("request_id")).alias("value"),
+    )
+
+
+def message_stream(spark: "SparkSession", config: Config) -> "DataFrame":
+    max_offsets = config.get("filter.max_offsets_per_trigger") or None
+    source = read_topic_stream(spark, config, config.get("topics.messages"),
+                               starting_offsets=config.get("filter.starting_offsets"),
+                               max_offsets_per_trigger=max_offsets)
+    msgs = decode_ingest_records(source)
+    return msgs.where(F.col("decoded") & F.col("has_message") & F.col("content_topic").isNotNull()
+                      & (F.col("content_topic") != "")).select(
+        "pubsub_topic", "content_topic", "message_hash", "raw_value")
+
+
+def build_filter_stream(spark: "SparkSession", config: Config) -> "DataFrame":
+    return matches(message_stream(spark, config), live_subscriptions(spark, config),
+                   config.get("topics.push_prefix"))
+
+
+def start_filter_query(spark: "SparkSession", config: Config, query_name: str = "filter",
+                       checkpoint: str | None = None) -> "StreamingQuery":
+    out = build_filter_stream(spark, config)
+    mode = config.get("filter.trigger")
+    writer = (out.writeStream.queryName(query_name).format("kafka").options(**kafka_options(config))
+              .option("checkpointLocation", checkpoint or config.checkpoint_path("filter")))
+    if mode == "microbatch":
+        writer = writer.outputMode("append").trigger(processingTime=f"{config.get('filter.trigger_seconds')} seconds")
+    elif mode == "realtime":
+        writer = writer.outputMode("update").trigger(realTime=config.get("filter.realtime_checkpoint_interval"))
+    else:
+        raise ConfigError(f"filter.trigger: expected microbatch or realtime, got {mode!r}")
+    query = writer.start()
+    log.info("filter query started (%s): %s ⋈ %s -> %s<bridge_id>", mode, config.get("topics.messages"),
+             config.table_path("subscriptions"), config.get("topics.push_prefix"))
+    return query
+
+
+def join_strategy(query: "StreamingQuery") -> str:
+    """The physical join of the running query's last micro-batch: "BroadcastHashJoin",
+    "SortMergeJoin", ... ("none yet" before the first batch with data)."""
+    jsq = query._jsq
+    execution = (jsq.streamingQuery() if hasattr(jsq, "streamingQuery") else jsq).lastExecution()
+    if execution is None:
+        return "none yet"
+    text = execution.executedPlan().toString()
+    for name in ("BroadcastHashJoin", "SortMergeJoin", "ShuffledHashJoin", "BroadcastNestedLoopJoin"):
+        if name in text:
+            return name
+    return "unknown"

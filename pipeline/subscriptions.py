@@ -1,0 +1,193 @@
+"""The subscriptions job: SubscriptionEvents (waku.subscriptions, keyed by peer id) applied to
+the Delta table `subscriptions`, one row per (peer_id, pubsub_topic, content_topic) criterion.
+
+Each micro-batch (foreachBatch) is reduced to its net effect, in per-peer order (Kafka offset
+order: one peer's events share a partition), then applied with two MERGEs:
+
+1. per peer: an UNSUBSCRIBE_ALL / EXPIRE in the batch deletes every row of the peer that was
+   there before (all older than the reset); a REFRESH (a PING that found subscriptions) after
+   the last reset raises `last_refresh` of the peer's rows;
+2. per criterion: the last SUBSCRIBE / UNSUBSCRIBE after the peer's last reset upserts or
+   deletes the row (`last_refresh` = the later of the event and the peer's refresh).
+
+Both steps are idempotent (a replayed batch gives the same table: deletes of what is gone,
+`greatest` for times), so the at-least-once foreachBatch is exactly-once in effect.
+Expiry: rows whose `last_refresh` is older than the TTL are deleted every `expire_interval_s`
+by the driver (under the same lock as the batches: no concurrent Delta writers in the job);
+the filter job ignores them as soon as they pass the TTL, whatever the deletion schedule.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.window import Window
+
+from pipeline.config import Config
+from pipeline.kafka_io import read_topic_stream
+from pipeline.protobuf import from_protobuf
+from pipeline.records import SUBSCRIPTION_EVENT
+from pipeline.store_tables import ensure_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("waku.subscriptions")
+
+SUBSCRIPTIONS_SCHEMA = T.StructType([
+    T.StructField("peer_id", T.StringType(), False),
+    T.StructField("pubsub_topic", T.StringType(), False),
+    T.StructField("content_topic", T.StringType(), False),
+    T.StructField("bridge_id", T.StringType(), False),
+    T.StructField("protocol", T.StringType(), True),
+    T.StructField("request_id", T.StringType(), True),
+    T.StructField("subscribed_time", T.DoubleType(), True),   # first SUBSCRIBE (Unix seconds, bridge clock)
+    T.StructField("last_refresh", T.DoubleType(), False),     # last SUBSCRIBE / PING
+])
+
+RESET_OPS = ("UNSUBSCRIBE_ALL", "EXPIRE")
+
+
+def ensure_subscriptions_table(spark: "SparkSession", config: Config) -> str:
+    path = config.table_path("subscriptions")
+    ensure_table(spark, path, SUBSCRIPTIONS_SCHEMA, properties={"delta.appendOnly": "false"})
+    return path
+
+
+def decode_events(kafka_df: "DataFrame") -> "DataFrame":
+    """Kafka rows -> valid SubscriptionEvents with their Kafka order (`seq`)."""
+    ev = from_protobuf(F.col("value"), SUBSCRIPTION_EVENT, kafka_df.sparkSession)
+    df = kafka_df.select(ev.alias("e"), F.col("partition"), F.col("offset"))
+    df = df.where(F.col("e").isNotNull() & (F.col("e.peer_id") != "") & (F.col("e.bridge_id") != ""))
+    return df.select(
+        "e.peer_id", "e.bridge_id", "e.op", "e.pubsub_topic", "e.content_topics", "e.event_time",
+        "e.request_id", "e.protocol",
+        # per-peer order: one peer's events are in one partition (keyed by peer id)
+        (F.col("partition").cast("long") * F.lit(1 << 40) + F.col("offset")).alias("seq"),
+    )
+
+
+def net_effect(events: "DataFrame") -> tuple["DataFrame", "DataFrame"]:
+    """(per-peer resets/refreshes, per-criterion last op) of a batch of decoded events."""
+    resets = events.where(F.col("op").isin(*RESET_OPS)).groupBy("peer_id").agg(F.max("seq").alias("reset_seq"))
+    after = events.join(resets, "peer_id", "left").where(
+        F.col("reset_seq").isNull() | (F.col("seq") > F.col("reset_seq")))
+    refresh = after.where(F.col("op") == "REFRESH").groupBy("peer_id").agg(F.max("event_time").alias("refresh_time"))
+    peers = resets.join(refresh, "peer_id", "full_outer").select(
+        "peer_id", F.col("reset_seq").isNotNull().alias("reset"), "refresh_time")
+    crit = after.where(F.col("op").isin("SUBSCRIBE", "UNSUBSCRIBE")).select(
+        "peer_id", "bridge_id", "op", "pubsub_topic", F.explode("content_topics").alias("content_topic"),
+        "event_time", "request_id", "protocol", "seq")
+    w = Window.partitionBy("peer_id", "pubsub_topic", "content_topic").orderBy(F.col("seq").desc())
+    crit = crit.withColumn("rn", F.row_number().over(w)).where("rn = 1").drop("rn", "seq")
+    crit = crit.join(refresh, "peer_id", "left").withColumn(
+        "last_refresh", F.greatest(F.col("event_time"), F.coalesce(F.col("refresh_time"), F.col("event_time"))))
+    return peers, crit.drop("refresh_time")
+
+
+def apply_batch(batch: "DataFrame", path: str) -> dict[str, int]:
+    """Apply one micro-batch of raw Kafka rows to the table; returns counts for the log."""
+    from delta.tables import DeltaTable
+
+    spark = batch.sparkSession
+    events = decode_events(batch).persist()
+    try:
+        n = events.count()
+        if n == 0:
+            return {"events": 0}
+        peers, crit = net_effect(events)
+        table = DeltaTable.forPath(spark, path)
+        peers = peers.persist()
+        if not peers.isEmpty():
+            (table.alias("t").merge(peers.alias("s"), "t.peer_id = s.peer_id")
+             .whenMatchedDelete(condition="s.reset")
+             .whenMatchedUpdate(condition="s.refresh_time IS NOT NULL AND s.refresh_time > t.last_refresh",
+                                set={"last_refresh": "s.refresh_time"})
+             .execute())
+        peers.unpersist()
+        crit = crit.persist()
+        if crit.isEmpty():
+            crit.unpersist()
+            return {"events": n}
+        (table.alias("t").merge(
+            crit.alias("s"),
+            "t.peer_id = s.peer_id AND t.pubsub_topic = s.pubsub_topic AND t.content_topic = s.content_topic")
+         .whenMatchedDelete(condition="s.op = 'UNSUBSCRIBE'")
+         .whenMatchedUpdate(condition="s.op = 'SUBSCRIBE'", set={
+             "bridge_id": "s.bridge_id", "protocol": "s.protocol", "request_id": "s.request_id",
+             "last_refresh": "greatest(t.last_refresh, s.last_refresh)"})
+         .whenNotMatchedInsert(condition="s.op = 'SUBSCRIBE'", values={
+             "peer_id": "s.peer_id", "pubsub_topic": "s.pubsub_topic", "content_topic": "s.content_topic",
+             "bridge_id": "s.bridge_id", "protocol": "s.protocol", "request_id": "s.request_id",
+             "subscribed_time": "s.event_time", "last_refresh": "s.last_refresh"})
+         .execute())
+        crit.unpersist()
+        return {"events": n}
+    finally:
+        events.unpersist()
+
+
+def expire(spark: "SparkSession", path: str, ttl_s: float, now: float | None = None) -> None:
+    """Delete criteria not refreshed within the TTL."""
+    from delta.tables import DeltaTable
+
+    cutoff = (time.time() if now is None else now) - ttl_s
+    DeltaTable.forPath(spark, path).delete(F.col("last_refresh") < F.lit(cutoff))
+
+
+class SubscriptionsJob:
+    """The streaming query plus the driver-side expiry; `run()` blocks, `start()` does not."""
+
+    def __init__(self, spark: "SparkSession", config: Config, query_name: str = "subscriptions") -> None:
+        self.spark = spark
+        self.config = config
+        self.query_name = query_name
+        self.path = ensure_subscriptions_table(spark, config)
+        self.ttl_s = float(config.get("filter.subscription_ttl_s"))
+        self.lock = threading.Lock()
+        self.query: "StreamingQuery | None" = None
+        self._stop = threading.Event()
+        self._expirer: threading.Thread | None = None
+
+    def _process(self, batch: "DataFrame", batch_id: int) -> None:
+        with self.lock:
+            began = time.monotonic()
+            counts = apply_batch(batch, self.path)
+            if counts["events"]:
+                log.info("batch %d: %d events applied in %.2f s", batch_id, counts["events"], time.monotonic() - began)
+
+    def expire_now(self) -> None:
+        with self.lock:
+            expire(self.spark, self.path, self.ttl_s)
+
+    def _expire_loop(self) -> None:
+        interval = float(self.config.get("filter.expire_interval_s"))
+        while not self._stop.wait(interval):
+            try:
+                self.expire_now()
+            except Exception as exc:  # noqa: BLE001 - next round retries
+                log.warning("expiry failed: %s", exc)
+
+    def start(self) -> "StreamingQuery":
+        source = read_topic_stream(self.spark, self.config, self.config.get("topics.subscriptions"),
+                                   starting_offsets="earliest")
+        self.query = (source.writeStream.queryName(self.query_name)
+                      .option("checkpointLocation", self.config.checkpoint_path("subscriptions"))
+                      .foreachBatch(self._process)
+                      .trigger(processingTime=f"{self.config.get('filter.subscriptions_trigger_seconds')} seconds")
+                      .start())
+        self._expirer = threading.Thread(target=self._expire_loop, name="subscriptions-expiry", daemon=True)
+        self._expirer.start()
+        return self.query
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.query is not None:
+            self.query.stop()
+        if self._expirer is not None:
+            self._expirer.join(60)

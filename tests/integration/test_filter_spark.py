@@ -1,0 +1,81 @@
+"""The Spark side of the filter service without Kafka: the subscriptions MERGE (per-peer order,
+idempotent replay, TTL expiry) and the JVM PushRecord encoder."""
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config import load_config
+from schemas import pipeline_records_pb2 as pr
+from schemas.waku_message_pb2 import WakuMessage
+
+pytestmark = pytest.mark.integration
+
+PT = "/waku/2/default-waku/proto"
+
+
+def ev(peer: str, op: int, cts=(), t: float = 100.0, topic: str = PT, rid: str = "r", bridge: str = "B1") -> bytes:
+    return pr.SubscriptionEvent(peer_id=peer, bridge_id=bridge, op=op, pubsub_topic=topic if cts else "",
+                                content_topics=list(cts), event_time=t, request_id=rid, protocol="v2").SerializeToString()
+
+
+def kafka_rows(spark, values: list[bytes], partition: int = 0, first_offset: int = 0):
+    rows = [(v, partition, first_offset + i) for i, v in enumerate(values)]
+    return spark.createDataFrame(rows, "value binary, partition int, offset long")
+
+
+def table(spark, path: str) -> dict:
+    return {(r.peer_id, r.content_topic): (r.bridge_id, r.last_refresh, r.request_id)
+            for r in spark.read.format("delta").load(path).collect()}
+
+
+def test_subscriptions_merge_in_peer_order_idempotent_and_expiring(spark, tmp_path):
+    from pipeline.subscriptions import apply_batch, ensure_subscriptions_table, expire
+
+    cfg = load_config([f"warehouse.root={tmp_path}"], environ={})
+    path = ensure_subscriptions_table(spark, cfg)
+    S, U, ALL, EXP, REF = pr.SUBSCRIBE, pr.UNSUBSCRIBE, pr.UNSUBSCRIBE_ALL, pr.EXPIRE, pr.REFRESH
+    batch1 = kafka_rows(spark, [
+        ev("p1", S, ["a", "b", "c"], 100), ev("p1", U, ["b"], 101), ev("p1", S, ["b"], 102, rid="r2"),
+        ev("p2", S, ["a"], 100), ev("p2", ALL, t=101), ev("p2", S, ["z"], 103),
+        ev("p3", S, ["a"], 100), ev("p3", U, ["a"], 101),
+        ev("p4", S, ["a"], 100), ev("p4", REF, t=150),
+        b"\xff\xffnot an event",
+    ])
+    apply_batch(batch1, path)
+    want = {("p1", "a"): ("B1", 100.0, "r"), ("p1", "b"): ("B1", 102.0, "r2"), ("p1", "c"): ("B1", 100.0, "r"),
+            ("p2", "z"): ("B1", 103.0, "r"), ("p4", "a"): ("B1", 150.0, "r")}
+    assert table(spark, path) == want
+    apply_batch(batch1, path)                       # a replayed batch changes nothing
+    assert table(spark, path) == want
+
+    batch2 = kafka_rows(spark, [
+        ev("p1", REF, t=200), ev("p1", S, ["d"], 201, bridge="B2"),
+        ev("p2", EXP, t=200),
+        ev("p4", S, ["a"], 120),                    # an older refresh time never lowers last_refresh
+    ], first_offset=100)
+    apply_batch(batch2, path)
+    got = table(spark, path)
+    assert got == {("p1", "a"): ("B1", 200.0, "r"), ("p1", "b"): ("B1", 200.0, "r2"), ("p1", "c"): ("B1", 200.0, "r"),
+                   ("p1", "d"): ("B2", 201.0, "r"), ("p4", "a"): ("B1", 150.0, "r")}
+
+    expire(spark, path, ttl_s=300.0, now=460.0)     # cutoff 160: p4 goes
+    assert set(table(spark, path)) == {("p1", "a"), ("p1", "b"), ("p1", "c"), ("p1", "d")}
+
+
+def test_push_encoder_copies_the_message_bytes(spark):
+    from pyspark.sql import functions as F
+
+    from pipeline.filter_match import register_push_encoder
+
+    msg = WakuMessage(payload=b"\x00hello", content_topic="/t/1/x/proto", timestamp=123, ephemeral=True)
+    rec = pr.IngestRecord(pubsub_topic=PT, message=msg, received_time=1.5, source=pr.RELAY, bridge_id="B")
+    fn = register_push_encoder(spark)
+    df = spark.createDataFrame([(rec.SerializeToString(), "peerA", b"\x01" * 32, "v00", "rid"),
+                                (b"\xff\xff", "peerA", b"", "v2", "")],
+                               "raw binary, peer string, h binary, proto string, rid string")
+    out = df.select(F.call_function(fn, "raw", "peer", "h", "proto", "rid").alias("v")).collect()
+    push = pr.PushRecord.FromString(out[0].v)
+    assert (push.peer_id, push.pubsub_topic, push.message_hash, push.protocol, push.request_id) == (
+        "peerA", PT, b"\x01" * 32, "v00", "rid")
+    assert push.message == msg
+    assert out[1].v is None

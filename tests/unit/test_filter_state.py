@@ -1,0 +1,101 @@
+"""The bridge's subscription view and the filter codec: limits, status codes, TTL, dedup."""
+from __future__ import annotations
+
+import pytest
+
+from ingest.filter.codec import frame, status_desc
+from ingest.filter.pusher import Dedup
+from ingest.filter.settings import FilterSettings
+from ingest.filter.state import FilterLimits, SubscriptionView
+from pipeline.config import ConfigError, load_config
+
+PT = "/waku/2/default-waku/proto"
+
+
+def view(**kw) -> SubscriptionView:
+    return SubscriptionView(FilterLimits(**kw))
+
+
+def test_criteria_checks():
+    v = view(max_content_topics_per_request=3)
+    assert v.check_criteria(None, ["a"])[0] == 400
+    assert v.check_criteria("", ["a"])[0] == 400
+    assert v.check_criteria(PT, [])[0] == 400
+    assert v.check_criteria(PT, ["a", ""])[0] == 400
+    assert v.check_criteria(PT, ["a", "b", "c"])[0] == 200
+    code, detail = v.check_criteria(PT, ["a", "b", "c", "d"])
+    assert code == 400 and "too many content topics" in detail
+
+
+def test_subscribe_unsubscribe_ping_state():
+    v = view()
+    assert not v.refresh("p", 1.0)
+    assert v.can_unsubscribe("p", PT, ["a"])[0] == 404
+    v.subscribe("p", PT, ["a", "b"], 1.0, "v2", "r1")
+    assert v.has("p") and v.criteria_count() == 2
+    assert v.refresh("p", 2.0)
+    assert v.wanted("p", PT, "a").request_id == "r1"
+    assert v.wanted("p", PT, "c") is None and v.wanted("q", PT, "a") is None
+    assert v.can_unsubscribe("p", PT, ["zzz"])[0] == 404
+    v.unsubscribe("p", PT, ["a"])
+    assert v.wanted("p", PT, "a") is None and v.has("p")
+    v.unsubscribe("p", PT, ["b"])
+    assert not v.has("p") and "p" not in v.peers
+    v.subscribe("p", PT, ["a"], 3.0)
+    assert v.remove_peer("p") and not v.remove_peer("p")
+
+
+def test_limits_peers_and_criteria():
+    v = view(max_peers=2, max_criteria_per_peer=3)
+    v.subscribe("p1", PT, ["a", "b"], 0.0)
+    v.subscribe("p2", PT, ["a"], 0.0)
+    code, detail = v.can_subscribe("p3", PT, ["a"])
+    assert code == 503 and "peer limit" in detail
+    assert v.can_subscribe("p1", PT, ["b", "c"])[0] == 200     # b is a refresh, c is the 3rd
+    code, detail = v.can_subscribe("p1", PT, ["c", "d"])
+    assert code == 503 and "criteria limit" in detail
+
+
+def test_rate_limit_sliding_minute():
+    v = view(max_requests_per_peer_per_minute=3)
+    assert [v.rate_limited("p", t) for t in (0, 1, 2, 3)] == [False, False, False, True]
+    assert not v.rate_limited("q", 3)
+    assert not v.rate_limited("p", 60.5)   # the request at 0 left the window
+    assert view(max_requests_per_peer_per_minute=0).rate_limited("p", 0) is False
+
+
+def test_ttl_and_unreachable():
+    v = view(ttl_s=10)
+    v.subscribe("p", PT, ["a"], 0.0)
+    v.subscribe("q", PT, ["a"], 5.0)
+    assert v.expired(9.0) == [] and v.expired(12.0) == ["p"]
+    v.mark_reachable("q", False, 20.0)
+    v.mark_reachable("q", False, 25.0)   # keeps the first time
+    assert v.unreachable(79.0, 60.0) == [] and v.unreachable(80.0, 60.0) == ["q"]
+    v.mark_reachable("q", True, 81.0)
+    assert v.unreachable(200.0, 60.0) == []
+
+
+def test_dedup_per_peer_bounded():
+    d = Dedup(2)
+    assert d.first("p", b"1") and not d.first("p", b"1") and d.first("q", b"1")
+    assert d.first("p", b"2") and d.first("p", b"3")
+    assert d.first("p", b"1")  # evicted (bound 2)
+    d.forget("p")
+    assert d.first("p", b"3")
+
+
+def test_codec_helpers():
+    assert status_desc(200) == "OK"
+    assert status_desc(404, "peer has no subscriptions") == "NOT_FOUND: peer has no subscriptions"
+    assert frame(b"abc") == b"\x03abc"
+
+
+def test_settings_from_config():
+    s = FilterSettings.from_config(load_config(["filter.max_peers=7", "topics.push_prefix=p."], environ={}))
+    assert s.limits.max_peers == 7 and s.limits.max_content_topics_per_request == 100
+    assert s.limits.ttl_s == 300.0 and s.push_topic("B") == "p.B"
+    with pytest.raises(ConfigError, match="filter.max_peers"):
+        FilterSettings.from_config(load_config(["filter.max_peers=0"], environ={}))
+    with pytest.raises(ConfigError, match="filter.subscription_ttl_s"):
+        FilterSettings.from_config(load_config(["filter.subscription_ttl_s=0"], environ={}))
