@@ -27,6 +27,9 @@ from pipeline.store_query import StoreQuery
 from schemas import store_beta2_pb2 as pb
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+_MULTISTREAM_LINE = b"/multistream/1.0.0\n"
+_PROTOCOL_LINE = STORE_CODEC.encode() + b"\n"
+_NEGOTIATE = frame(_MULTISTREAM_LINE) + frame(_PROTOCOL_LINE)
 
 
 class StoreError(Exception):
@@ -65,14 +68,27 @@ class StoreClient:
         return info.peer_id
 
     async def send_raw(self, peer_id: ID, data: bytes) -> bytes | None:
-        """Write `data` as is on a new store stream; the first frame back (None: closed)."""
+        """Write `data` as is on a new store stream; the first frame back (None: closed).
+
+        The protocol negotiation is pipelined (multistream-select's "lazy" initiator, as
+        go-libp2p does): the multistream header, the protocol id and the request go out in one
+        write, and the two echoes are read before the response. One round trip per query
+        instead of three."""
         with trio.fail_after(self.timeout):
-            stream = await self.host.new_stream(peer_id, [TProtocol(STORE_CODEC)])
+            stream = await self.host.get_network().new_stream(peer_id)
             try:
-                await stream.write(data)
-                return await FrameReader(stream, MAX_RESPONSE_BYTES).read_frame()
+                await stream.write(_NEGOTIATE + data)
+                frames = FrameReader(stream, MAX_RESPONSE_BYTES)
+                header = await frames.read_frame()
+                if header != _MULTISTREAM_LINE:
+                    raise StoreError(f"not a multistream-select peer (got {header!r})")
+                echo = await frames.read_frame()
+                if echo != _PROTOCOL_LINE:
+                    raise StoreError(f"the peer does not speak {STORE_CODEC} (got {echo!r})")
+                return await frames.read_frame()
             finally:
-                await stream.close()
+                with trio.move_on_after(1):
+                    await stream.close()
 
     async def _send_reused(self, peer_id: ID, data: bytes) -> bytes | None:
         lock = self._locks.setdefault(peer_id, trio.Lock())

@@ -28,6 +28,7 @@ import math
 import os
 import platform
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -121,11 +122,15 @@ def serve(path: str, cache_mb: int, threads: int) -> None:
         server = StoreServer(reader, settings)
         server.mount(host)
         async with host.run(addrs):
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            cpu0 = ru.ru_utime + ru.ru_stime
             print(f"LISTEN {host.get_addrs()[0]}", flush=True)
             # Until stdin closes (the benchmark ends), then report the server's view.
             await trio.to_thread.run_sync(sys.stdin.read)
             v = server.metrics.value
+            ru = resource.getrusage(resource.RUSAGE_SELF)
             print("STATS " + json.dumps({
+                "cpu_s": round(ru.ru_utime + ru.ru_stime - cpu0, 2),
                 "queries": v("waku_store_queries_total"),
                 "server_latency_sum_s": v("waku_store_query_seconds_sum"),
                 "row_groups_read": reader.row_groups_read,
@@ -244,7 +249,11 @@ def main() -> int:
             raise SystemExit(f"the store server did not start: {line!r}")
         addr = line.split()[1]
         print(f"store server at {addr}; {args.clients} clients for {seconds:.0f} s", file=sys.stderr, flush=True)
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        client_cpu0 = ru.ru_utime + ru.ru_stime
         latencies, counts, elapsed = run_clients(addr, args.clients, seconds, args.reuse_streams)
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        client_cpu = ru.ru_utime + ru.ru_stime - client_cpu0
         server.stdin.close()
         stats_line = server.stdout.readline()
         server_stats = json.loads(stats_line[len("STATS "):]) if stats_line.startswith("STATS ") else {}
@@ -275,6 +284,10 @@ def main() -> int:
         "latency_p90_ms": round(pct(ms, 90), 2),
         "latency_p99_ms": round(pct(ms, 99), 2),
         "latency_max_ms": round(max(ms), 2) if ms else None,
+        # CPU per page (less sensitive than wall-clock figures to other load on the machine).
+        "server_cpu_ms_per_page": round(1000 * server_stats.get("cpu_s", 0) / max(1, counts["pages"]), 2),
+        "client_cpu_ms_per_page": round(1000 * client_cpu / max(1, counts["pages"]), 2),
+        "load_avg_1m": round(os.getloadavg()[0], 1),
         "server_mean_ms": round(1000 * server_stats.get("server_latency_sum_s", 0) / max(1, server_stats.get("queries", 1)), 2),
         "server": server_stats,
         "cpus": os.cpu_count(),
