@@ -63,9 +63,10 @@ def test_compaction_keeps_content_and_order_and_vacuum_runs(spark, tmp_path):
     report = compact(spark, cfg)
     assert 1 < report.files_after < report.files_before
     # Compacted files cover disjoint received_time ranges (what cursor reads rely on).
+    import pyarrow as pa
     from deltalake import DeltaTable
 
-    adds = DeltaTable(cfg.table_path("messages")).get_add_actions(flatten=True).to_pydict()
+    adds = pa.table(DeltaTable(cfg.table_path("messages")).get_add_actions(flatten=True)).to_pydict()
     ranges = sorted(zip(adds["min.received_time"], adds["max.received_time"]))
     assert all(hi <= next_lo for (_, hi), (next_lo, _) in zip(ranges, ranges[1:]))
     after = sorted(bytes(r.message_hash) for r in spark.read.format("delta").load(cfg.table_path("messages")).collect())
