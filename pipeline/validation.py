@@ -119,3 +119,25 @@ def expectation_suite(limits: Limits):
     suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column="received_time"))
     suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column="digest"))
     return suite
+
+
+def audit(df: DataFrame, limits: Limits) -> dict[str, Any]:
+    """Validate a stored table (or any slice of it) against the expectation suite with
+    great-expectations on Spark. Returns {"success": bool, "failures": {expectation: count}}."""
+    import os
+
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    asset = context.data_sources.add_spark("store").add_dataframe_asset("messages")
+    batch = asset.add_batch_definition_whole_dataframe("all").get_batch(batch_parameters={"dataframe": df})
+    result = batch.validate(expectation_suite(limits))
+    failures = {
+        f"{r.expectation_config.type}({r.expectation_config.kwargs.get('column')})":
+            int(r.result.get("unexpected_count") or 0)
+        for r in result.results if not r.success
+    }
+    return {"success": bool(result.success), "failures": failures}

@@ -93,3 +93,23 @@ def test_maintenance_while_the_store_job_writes(spark, kafka, tmp_path):
         query.stop()
     run_available_now(spark, cfg)
     assert_store_matches(spark, cfg, gen)
+
+
+def test_audit_with_great_expectations(spark, tmp_path):
+    from pipeline.validation import Limits, audit
+
+    cfg = load_config([f"warehouse.root={tmp_path}/wh"])
+    ensure_store_tables(spark, cfg)
+    gen = LoadGenerator(LoadProfile(seed=8))
+    write_batch(kafka_like(spark, gen.batch(200)), 0, cfg, "q")
+    table = spark.read.format("delta").load(cfg.table_path("messages"))
+    assert audit(table, Limits.from_config(cfg)) == {"success": True, "failures": {}}
+    # A table that bypassed the store job: a duplicated hash and an empty content topic.
+    from pyspark.sql import functions as F
+
+    broken = table.unionByName(table.limit(1)).unionByName(
+        table.limit(1).withColumn("content_topic", F.lit("")).withColumn("message_hash", F.lit(b"x")))
+    outcome = audit(broken, Limits.from_config(cfg))
+    assert not outcome["success"]
+    assert outcome["failures"]["expect_column_values_to_be_unique(message_hash)"] == 2
+    assert outcome["failures"]["expect_column_value_lengths_to_be_between(content_topic)"] == 1
