@@ -64,12 +64,14 @@ class ReaderSettings:
     max_scan_rows: int = 1_000_000
     refresh_interval_s: float = 1.0
     cache_mb: int = 512
+    # follow() reads the newest row groups into the cache, up to this much (MiB).
+    preload_mb: int = 0
 
     @classmethod
     def from_config(cls, config: Any) -> "ReaderSettings":
         s = config["store_service"]
         return cls(config.table_path("messages"), StoreLimits.from_config(config), s["max_scan_rows"],
-                   s["refresh_interval_s"], s["cache_mb"])
+                   s["refresh_interval_s"], s["cache_mb"], s["preload_mb"])
 
 
 @dataclass
@@ -277,12 +279,42 @@ class StoreReader:
             return
 
         def loop() -> None:
+            self.preload()
             while not self._stop.wait(self.settings.refresh_interval_s):
-                self.refresh()
+                version = self.snapshot.version if self.snapshot else None
+                if self.refresh() != version:
+                    self.preload()
 
         self.refresh()
         self._thread = threading.Thread(target=loop, name="store-reader-follow", daemon=True)
         self._thread.start()
+
+    def preload(self, mb: int | None = None) -> int:
+        """Read the newest row groups (by received_time) into the cache, up to `mb` MiB
+        (default settings.preload_mb, at most the cache size); returns the groups read. Queries
+        about recent history, the usual ones, then never wait for storage."""
+        budget = min(self.settings.preload_mb if mb is None else mb, self.settings.cache_mb) * 1024 * 1024
+        snap = self.snapshot
+        if snap is None or budget <= 0:
+            return 0
+        groups: list[tuple[float, str, int]] = []
+        for f in sorted(snap.files, key=lambda f: f.stats.max_rt, reverse=True):
+            if self._stop.is_set():
+                break
+            groups.extend((st.max_rt, f.path, g) for g, st in self._row_groups(f))
+            if len(groups) * 256 * 1024 > budget:  # enough candidates (groups of 256 KiB or more)
+                break
+        groups.sort(reverse=True)
+        used = read = 0
+        for _, path, g in groups:
+            if used >= budget or self._stop.is_set():
+                break
+            before = self.row_groups_read
+            used += self._read(path, g).nbytes
+            read += self.row_groups_read - before
+        if read:
+            log.info("store reader: preloaded %d row groups (%.0f MiB)", read, used / 2**20)
+        return read
 
     def close(self) -> None:
         self._stop.set()

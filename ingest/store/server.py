@@ -47,6 +47,8 @@ class StoreServiceSettings:
         from pipeline.config import ConfigError
 
         s = config["store_service"]
+        if s["preload_mb"] < 0:
+            raise ConfigError(f"store_service.preload_mb: expected 0 or more, got {s['preload_mb']}")
         if s["max_concurrent_queries"] < 0:
             raise ConfigError(f"store_service.max_concurrent_queries: expected 0 or more, got {s['max_concurrent_queries']}")
         for key in ("default_page_size", "max_page_size", "max_content_topics", "max_request_bytes",

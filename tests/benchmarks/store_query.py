@@ -104,7 +104,7 @@ def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000) -> f
 
 # --- the server process ---------------------------------------------------------------------
 
-def serve(path: str, cache_mb: int, threads: int) -> None:
+def serve(path: str, cache_mb: int, threads: int, preload_mb: int) -> None:
     import trio
     from libp2p.crypto.ed25519 import create_new_key_pair
 
@@ -113,6 +113,10 @@ def serve(path: str, cache_mb: int, threads: int) -> None:
     from pipeline.store_reader import ReaderSettings, StoreReader
 
     reader = StoreReader(ReaderSettings(path, cache_mb=cache_mb))
+    reader.refresh()
+    began = time.monotonic()
+    preloaded = reader.preload(preload_mb)
+    preload_s = time.monotonic() - began
     reader.follow()
     settings = StoreServiceSettings(max_concurrent_queries=threads)
 
@@ -130,6 +134,8 @@ def serve(path: str, cache_mb: int, threads: int) -> None:
             v = server.metrics.value
             ru = resource.getrusage(resource.RUSAGE_SELF)
             print("STATS " + json.dumps({
+                "preloaded_row_groups": preloaded,
+                "preload_s": round(preload_s, 1),
                 "cpu_s": round(ru.ru_utime + ru.ru_stime - cpu0, 2),
                 "queries": v("waku_store_queries_total"),
                 "server_latency_sum_s": v("waku_store_query_seconds_sum"),
@@ -214,12 +220,15 @@ def main() -> int:
                     help="store_service.max_concurrent_queries of the server (0: every query inline)")
     ap.add_argument("--reuse-streams", action="store_true",
                     help="each client keeps one stream for all its pages (default: a new stream per page)")
+    ap.add_argument("--preload-mb", type=int, default=0,
+                    help="before serving, read the newest row groups into the cache, up to this much "
+                         "(store_service.preload_mb); default 0: a cold start")
     ap.add_argument("--table", help="reuse the Delta table at this path (not deleted)")
     ap.add_argument("--keep", action="store_true", help="keep the generated table")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        serve(args.serve, args.cache_mb, args.threads)
+        serve(args.serve, args.cache_mb, args.threads, args.preload_mb)
         return 0
     rows = args.rows or (200_000 if args.quick else 10_000_000)
     seconds = args.seconds or (15.0 if args.quick else 60.0)
@@ -241,7 +250,7 @@ def main() -> int:
     files = len(dt.file_uris())
 
     server = subprocess.Popen([sys.executable, __file__, "--serve", path, "--cache-mb", str(args.cache_mb),
-                               "--threads", str(args.threads)],
+                               "--threads", str(args.threads), "--preload-mb", str(args.preload_mb)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
     try:
         line = server.stdout.readline()
@@ -275,6 +284,7 @@ def main() -> int:
         "clients": args.clients,
         "stream_per_page": not args.reuse_streams,
         "server_threads": args.threads,
+        "preload_mb": args.preload_mb,
         "seconds": round(elapsed, 1),
         "pages": counts["pages"],
         "messages": counts["messages"],

@@ -274,3 +274,18 @@ def test_reader_cached_only(tmp_path):
         reader.query(query, cached_only=True)
     page = reader.query(query)
     assert reader.query(query, cached_only=True).messages == page.messages
+
+
+def test_reader_preloads_newest_row_groups(tmp_path):
+    from pipeline.store_reader import NotCached
+
+    path = str(tmp_path / "t")
+    rows = [make_row(BASE_T + i, PUBSUB[0], CONTENT[0], b"p%d" % i, i) for i in range(100)]
+    write_table(path, rows, random.Random(4), files=1, group=10)
+    reader = reader_for(path)
+    assert reader.preload(mb=1) >= 1
+    newest = reader.query(StoreQuery(forward=False, page_size=5), cached_only=True)
+    assert [m.received_time for m in newest.messages] == [BASE_T + i for i in range(95, 100)]
+    if reader.row_groups_read < 10:
+        with pytest.raises(NotCached):
+            reader.query(StoreQuery(page_size=5), cached_only=True)
