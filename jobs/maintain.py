@@ -5,7 +5,8 @@ import argparse
 import logging
 import sys
 
-from pipeline.config import ConfigError, add_config_arguments, config_from_args
+from pipeline.config import add_config_arguments
+from pipeline.entrypoint import setup_job
 from pipeline.maintenance import MaintenanceReport, apply_retention, compact, vacuum
 from pipeline.session import build_session
 from pipeline.store_tables import ensure_store_tables
@@ -20,12 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", action="append", default=[], choices=["retention", "compact", "vacuum", "audit"],
                         help="leave out a step (repeatable)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = config_from_args(args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    config = setup_job(args)
     spark = build_session(config, "maintain")
     ensure_store_tables(spark, config)
     report = MaintenanceReport()

@@ -5,7 +5,8 @@ import argparse
 import logging
 import sys
 
-from pipeline.config import ConfigError, add_config_arguments, config_from_args
+from pipeline.config import add_config_arguments
+from pipeline.entrypoint import setup_job
 from pipeline.session import build_session
 from pipeline.store_job import start_store_query
 
@@ -18,12 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--available-now", action="store_true",
                         help="process everything in Kafka now, then stop (catch-up)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = config_from_args(args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    config = setup_job(args)
     spark = build_session(config, "store")
     query = start_store_query(spark, config, available_now=args.available_now)
     log.info("store query started: %s -> %s", config.get("topics.messages"), config.table_path("messages"))
