@@ -56,7 +56,7 @@ def ensure_topics(bootstrap_servers: str, client_options: Mapping[str, str], top
 
     try:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers.split(","), client_id="waku-bridge-admin",
-                                 **_client_options(client_options))
+                                 request_timeout_ms=10_000, **_client_options(client_options))
     except Exception as exc:  # noqa: BLE001
         log.warning("filter: cannot reach Kafka to create %s: %s", ", ".join(topics), exc)
         return
@@ -106,22 +106,26 @@ class FilterService:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled. While Kafka is unreachable nothing is served and nothing holds
+        up a shutdown: the topics, the consumer and the producer wait for Kafka in abandonable
+        threads; the producer is only opened once the consumer is positioned."""
         s = self.settings
         await trio.to_thread.run_sync(ensure_topics, self.bootstrap_servers, self.client_options,
                                       {s.subscriptions_topic: s.subscriptions_partitions,
-                                       self.push_topic: s.push_partitions})
-        producer_settings = ProducerSettings(bootstrap_servers=self.bootstrap_servers, topic=s.subscriptions_topic,
-                                             max_outstanding=10_000, backpressure_timeout_s=2.0,
-                                             linger_ms=self.producer_linger_ms, client_options=self.client_options)
-        async with IngestProducer(producer_settings) as producer:
-            self.producer = producer
-            self.consumer = PushConsumer(self.bootstrap_servers, self.push_topic, self.client_options,
-                                         self._deliver, trio.lowlevel.current_trio_token())
-            self.consumer.start()
-            try:
-                # Until the consumer is positioned at the end of the push topic (Kafka may be down).
-                while not await trio.to_thread.run_sync(self.consumer.ready.wait, 1.0, abandon_on_cancel=True):
-                    pass
+                                       self.push_topic: s.push_partitions}, abandon_on_cancel=True)
+        self.consumer = PushConsumer(self.bootstrap_servers, self.push_topic, self.client_options,
+                                     self._deliver, trio.lowlevel.current_trio_token())
+        self.consumer.start()
+        try:
+            # Until the consumer is positioned at the end of the push topic.
+            while not await trio.to_thread.run_sync(self.consumer.ready.wait, 1.0, abandon_on_cancel=True):
+                pass
+            producer_settings = ProducerSettings(
+                bootstrap_servers=self.bootstrap_servers, topic=s.subscriptions_topic, max_outstanding=10_000,
+                backpressure_timeout_s=2.0, linger_ms=self.producer_linger_ms, close_timeout_s=5.0,
+                client_options=self.client_options)
+            async with IngestProducer(producer_settings) as producer:
+                self.producer = producer
                 self.host.set_stream_handler(FILTER_SUBSCRIBE_CODEC, self._on_subscribe)
                 if s.legacy_v00:
                     self.host.set_stream_handler(FILTER_V00_CODEC, self._on_v00)
@@ -133,9 +137,8 @@ class FilterService:
                     task_status.started(self)
                     self.ready.set()
                     await trio.sleep_forever()
-            finally:
-                self.consumer.stop()
-                await trio.to_thread.run_sync(self.consumer.join, 5.0)
+        finally:
+            self.consumer.stop()  # a daemon thread: it leaves within one poll (200 ms)
 
     async def _on_subscribe(self, stream: Any) -> None:
         await handle_subscribe_stream(self, stream)

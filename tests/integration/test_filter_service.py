@@ -74,9 +74,11 @@ class Net:
 
     async def start_client(self, client: FilterClient) -> None:
         async def keep(task_status=trio.TASK_STATUS_IGNORED) -> None:
-            async with client.running():
-                task_status.started()
-                await trio.sleep_forever()
+            with trio.CancelScope() as scope:
+                client.scope = scope  # cancel to stop the client's host
+                async with client.running():
+                    task_status.started()
+                    await trio.sleep_forever()
         await self.nursery.start(keep)
 
     def stop(self) -> None:
@@ -117,7 +119,7 @@ def env(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[dict]:
                          "filter.max_requests_per_peer_per_minute=1000"], environ={})
     cfg_b = load_config([*common, f"bridge.key_file={root / 'b.key'}", "filter.max_peers=1",
                          "filter.max_criteria_per_peer=3", "filter.max_requests_per_peer_per_minute=6",
-                         "filter.subscription_ttl_s=4", "filter.unreachable_timeout_s=3"], environ={})
+                         "filter.subscription_ttl_s=4", "filter.unreachable_timeout_s=1"], environ={})
     create_topic(kafka, cfg_a.get("topics.messages"), 2)
     metrics_a, metrics_b = BridgeMetrics(), BridgeMetrics()
     devnull = open("/dev/null", "w")
@@ -274,12 +276,15 @@ def test_limits_ttl_and_unreachable_on_strict_bridge(env):
     peer = first.peer_id.to_base58()
     wait_until(lambda: b.filter.metrics.value("waku_filter_expired_peers_total", reason="ttl") >= 1, 20, "TTL expiry")
     wait_rows(env, peer, set())
-    # Unreachable for 3 s (connection closed): expired with reason "unreachable".
+    # Unreachable for 1 s (connection closed): expired with reason "unreachable" (the ping just
+    # before makes the TTL, 4 s, come later).
     third = new_client(env, b)
     assert run(third.subscribe, PT, [ct("u1")]).status_code == 200
+    assert run(third.ping).status_code == 200
 
-    async def hang_up() -> None:
+    async def hang_up() -> None:  # the client goes away: hang up, then stop its host (no re-dial)
         await third.host.disconnect(b.peer_id)
+        third.scope.cancel()
     run(hang_up)
     wait_until(lambda: b.filter.metrics.value("waku_filter_expired_peers_total", reason="unreachable") >= 1, 20,
                "unreachable expiry")
