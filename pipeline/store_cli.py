@@ -136,9 +136,21 @@ class Writer:
         elif self.csv:
             self.csv.writerow(r)
         else:
-            text = m.payload[:40].decode("utf-8", "replace").replace("\n", " ")
+            text = _printable(m.payload)
             print(f"{r['received_at'] or '?':32}  {m.pubsub_topic:24}  {m.content_topic:28}  "
                   f"{m.digest.hex()[:16]}  {text}", file=self.out)
+
+
+def _printable(payload: bytes, width: int = 40) -> str:
+    """The payload as text when it is printable UTF-8, else as hex (table format)."""
+    try:
+        text = payload.decode("utf-8")
+        if text.isprintable():
+            return text if len(text) <= width else text[:width - 1] + "…"
+    except UnicodeDecodeError:
+        pass
+    h = "0x" + payload.hex()
+    return h if len(h) <= width else h[:width - 1] + "…"
 
 
 class Progress:
