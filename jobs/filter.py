@@ -5,7 +5,8 @@ import argparse
 import logging
 import sys
 
-from pipeline.config import ConfigError, add_config_arguments, config_from_args
+from pipeline.config import add_config_arguments
+from pipeline.entrypoint import setup_job
 from pipeline.filter_match import start_filter_query
 from pipeline.session import build_session
 
@@ -18,14 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--realtime", action="store_true",
                         help="Spark's real-time mode (same as --set filter.trigger=realtime)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.realtime:
         args.overrides.append("filter.trigger=realtime")
-    try:
-        config = config_from_args(args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    config = setup_job(args)
     spark = build_session(config, "filter")
     query = start_filter_query(spark, config)
     query.awaitTermination()

@@ -5,7 +5,8 @@ import argparse
 import logging
 import sys
 
-from pipeline.config import ConfigError, add_config_arguments, config_from_args
+from pipeline.config import add_config_arguments
+from pipeline.entrypoint import setup_job
 from pipeline.session import build_session
 from pipeline.subscriptions import SubscriptionsJob
 
@@ -16,12 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="subscriptions", description=__doc__)
     add_config_arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = config_from_args(args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    config = setup_job(args)
     spark = build_session(config, "subscriptions")
     job = SubscriptionsJob(spark, config)
     query = job.start()

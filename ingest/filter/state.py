@@ -10,7 +10,7 @@ import collections
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ingest.filter.codec import BAD_REQUEST, NOT_FOUND, OK, SERVICE_UNAVAILABLE, TOO_MANY_REQUESTS
+from ingest.filter.codec import BAD_REQUEST, NOT_FOUND, OK, SERVICE_UNAVAILABLE
 
 
 @dataclass(frozen=True)
