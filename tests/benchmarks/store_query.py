@@ -118,6 +118,9 @@ def serve(path: str, cache_mb: int, threads: int, preload_mb: int) -> None:
     preloaded = reader.preload(preload_mb)
     preload_s = time.monotonic() - began
     reader.follow()
+    from ingest.cli import _quiet_gc
+
+    _quiet_gc()  # as `waku-bridge run` does once started
     settings = StoreServiceSettings(max_concurrent_queries=threads)
 
     async def main() -> None:
@@ -258,6 +261,9 @@ def main() -> int:
             raise SystemExit(f"the store server did not start: {line!r}")
         addr = line.split()[1]
         print(f"store server at {addr}; {args.clients} clients for {seconds:.0f} s", file=sys.stderr, flush=True)
+        from ingest.cli import _quiet_gc
+
+        _quiet_gc()
         ru = resource.getrusage(resource.RUSAGE_SELF)
         client_cpu0 = ru.ru_utime + ru.ru_stime
         latencies, counts, elapsed = run_clients(addr, args.clients, seconds, args.reuse_streams)
