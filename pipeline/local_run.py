@@ -94,6 +94,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
         bridge = start_bridge(args.overrides, config_file=args.config, log=(logs / "bridge.log").open("a"))
         for addr in bridge.addrs:
             log.info("bridge listening on %s", addr)
+        log.info("history: .venv/bin/waku-store query --peer %s --direction backward --limit 20", bridge.tcp_addr)
         if not args.no_demo:
             log.info("starting a demo publisher: %d msg/s over relay to %s", args.demo_rate, bridge.tcp_addr)
             publisher = start_publisher(bridge.tcp_addr, rate=args.demo_rate, count=0, log=subprocess.DEVNULL)
