@@ -12,7 +12,9 @@
   PushRecord bytes are built by the JVM UDF PushEncode (jvm/src/waku/pipeline/PushEncode.java),
   which copies the WakuMessage bytes as relayed.
 * Trigger: micro-batch (processingTime filter.trigger_seconds) or Spark's real-time mode
-  (filter.trigger = "realtime"), selected by configuration.
+  (filter.trigger = "realtime"), selected by configuration. Real-time mode admits no shuffle
+  (SortMergeJoin is refused), so there the criteria are broadcast explicitly, and the static side
+  is re-read once per epoch (filter.realtime_checkpoint_interval), not per record.
 """
 from __future__ import annotations
 
@@ -52,10 +54,14 @@ def live_subscriptions(spark: "SparkSession", config: Config) -> "DataFrame":
         "pubsub_topic", "content_topic", "peer_id", "bridge_id", "protocol", "request_id")
 
 
-def matches(messages: "DataFrame", subscriptions: "DataFrame", push_prefix: str) -> "DataFrame":
-    """Decoded ingest records ⋈ criteria -> Kafka sink rows (topic, key, value)."""
+def matches(messages: "DataFrame", subscriptions: "DataFrame", push_prefix: str,
+            broadcast: bool = False) -> "DataFrame":
+    """Decoded ingest records ⋈ criteria -> Kafka sink rows (topic, key, value). `broadcast`
+    forces a broadcast of the criteria (real-time mode allows no shuffle); otherwise Spark chooses."""
     spark = messages.sparkSession
     fn = register_push_encoder(spark)
+    if broadcast:
+        subscriptions = F.broadcast(subscriptions)
     joined = messages.join(subscriptions, ["pubsub_topic", "content_topic"], "inner")
     return joined.select(
         F.concat(F.lit(push_prefix), F.col("bridge_id")).alias("topic"),
@@ -78,7 +84,7 @@ def message_stream(spark: "SparkSession", config: Config) -> "DataFrame":
 
 def build_filter_stream(spark: "SparkSession", config: Config) -> "DataFrame":
     return matches(message_stream(spark, config), live_subscriptions(spark, config),
-                   config.get("topics.push_prefix"))
+                   config.get("topics.push_prefix"), broadcast=config.get("filter.trigger") == "realtime")
 
 
 def start_filter_query(spark: "SparkSession", config: Config, query_name: str = "filter",

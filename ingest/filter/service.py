@@ -30,6 +30,8 @@ from schemas import pipeline_records_pb2 as pr
 
 log = logging.getLogger("ingest.filter")
 
+PUSHES_IN_FLIGHT = 8  # per peer
+
 
 class FilterMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -233,18 +235,29 @@ class FilterService:
                 self.metrics.pushes.labels("queue_full").inc()
 
     async def _push_worker(self, peer: str, recv: trio.MemoryReceiveChannel) -> None:
+        """Pushes to one peer, up to PUSHES_IN_FLIGHT streams at a time (a stream per message
+        costs a protocol negotiation round trip; one at a time capped a peer at ~20 pushes/s)."""
         peer_id = ID.from_base58(peer)
-        async with recv:
-            async for rec, protocol, request_id in recv:
+        slots = trio.Semaphore(PUSHES_IN_FLIGHT)
+
+        async def push(rec: Any, protocol: str, request_id: str) -> None:
+            try:
                 ok = await self._push_one(peer_id, rec, protocol, request_id)
-                self.metrics.pushes.labels("pushed" if ok else "failed").inc()
-                now = time.time()
-                if ok:
-                    self._push_failing.discard(peer)
-                    self.view.mark_reachable(peer, True, now)
-                else:
-                    self._push_failing.add(peer)
-                    self.view.mark_reachable(peer, False, now)
+            finally:
+                slots.release()
+            self.metrics.pushes.labels("pushed" if ok else "failed").inc()
+            now = time.time()
+            if ok:
+                self._push_failing.discard(peer)
+                self.view.mark_reachable(peer, True, now)
+            else:
+                self._push_failing.add(peer)
+                self.view.mark_reachable(peer, False, now)
+
+        async with recv, trio.open_nursery() as nursery:
+            async for rec, protocol, request_id in recv:
+                await slots.acquire()
+                nursery.start_soon(push, rec, protocol, request_id)
 
     async def _push_one(self, peer_id: ID, rec: Any, protocol: str, request_id: str) -> bool:
         if not self.host.get_network().connections.get(peer_id):

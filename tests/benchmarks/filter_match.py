@@ -141,7 +141,8 @@ def analyse(spark, config, messages_topic: str, push_pattern: str, criteria: int
          .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
     msgs = decode_ingest_records(m).select(
         "message_hash", "content_topic", F.unix_millis("kafka_timestamp").alias("m_ms"))
-    msgs = msgs.withColumn("idx", F.regexp_extract("content_topic", r"/t(\d+)/", 1).cast("long"))
+    idx = F.regexp_extract("content_topic", r"/t(\d+)/", 1)
+    msgs = msgs.withColumn("idx", F.when(idx != "", idx.cast("long")))
     p = (spark.read.format("kafka").options(**opts).option("subscribePattern", push_pattern)
          .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
     pushes = p.select(from_protobuf(F.col("value"), PUSH_RECORD, spark).alias("r"),
@@ -316,6 +317,10 @@ def clients_run(spark, base_overrides, bootstrap: str, tmp: Path, clients: int, 
         if lat:
             result["clients_latency_p50_ms"] = round(lat[len(lat) // 2], 1)
             result["clients_latency_p99_ms"] = round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 1)
+        # the Spark part of it: message append -> push record append
+        k = analyse(spark, cfg, messages, f"bench\\.clients\\.{tag}\\.push\\..*", 0)
+        result["clients_kafka_latency_p50_ms"] = k["latency_p50_ms"]
+        result["clients_kafka_latency_p99_ms"] = k["latency_p99_ms"]
     except Exception as exc:  # noqa: BLE001
         result["clients_error"] = f"{type(exc).__name__}: {exc}"
     finally:
@@ -333,6 +338,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, help="messages/s offered (default 20,000; quick 2,000)")
     parser.add_argument("--seconds", type=float, help="offer duration (default 30; quick 10)")
     parser.add_argument("--realtime-rate", type=float, help="messages/s in the real-time run")
+    parser.add_argument("--realtime-epoch", help="filter.realtime_checkpoint_interval of the real-time run "
+                        "(default: the configuration's); each epoch boundary re-reads the table")
     parser.add_argument("--no-realtime", action="store_true")
     parser.add_argument("--no-clients", action="store_true")
     parser.add_argument("--clients", type=int, default=10)
@@ -369,8 +376,10 @@ def main() -> int:
             if key in mb:
                 out[key] = mb[key]
         if not args.no_realtime:
-            rt = run_mode(spark, base, kafka.bootstrap_servers, "realtime", args.realtime_rate or rate,
+            rt_base = base + ([f"filter.realtime_checkpoint_interval={args.realtime_epoch}"] if args.realtime_epoch else [])
+            rt = run_mode(spark, rt_base, kafka.bootstrap_servers, "realtime", args.realtime_rate or rate,
                           seconds, criteria)
+            rt["epoch"] = load_config(rt_base, environ={}).get("filter.realtime_checkpoint_interval")
             log(f"real-time: {json.dumps(rt)}")
             for key, value in rt.items():
                 if key != "mode":
