@@ -14,6 +14,7 @@ authenticated peer id) and match the client's criteria; anything else is counted
 from __future__ import annotations
 
 import logging
+import sys
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -260,7 +261,13 @@ def cmd_filter(args: Any) -> int:
     async def main() -> int:
         client = FilterClient()
         async with client.running(), trio.open_nursery() as nursery:
-            await client.connect(args.peer, timeout=args.wait_s)
+            try:
+                await client.connect(args.peer, timeout=args.wait_s)
+            except Exception as exc:  # noqa: BLE001 - dial errors come in many types
+                print(f"error: cannot connect to {args.peer}: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+                      file=sys.stderr)
+                nursery.cancel_scope.cancel()
+                return 1
             if args.legacy:
                 rid = await client.subscribe_v00(args.pubsub_topic, args.content_topic)
                 print(json.dumps({"event": "subscribed", "protocol": "v00", "request_id": rid}), flush=True)

@@ -311,3 +311,28 @@ def test_filter_job_joins_by_broadcast_for_a_small_table(env):
 
     # A few criteria (far below spark.sql.autoBroadcastJoinThreshold): Spark broadcasts them.
     assert join_strategy(env["filter"]) == "BroadcastHashJoin"
+
+
+def test_waku_bridge_filter_cli_prints_pushes(env):
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "ingest.cli", "filter", "--peer", addr(env["a"]),
+                             "--content-topic", ct("cli"), "--count", "1", "--wait-s", "20"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert first == {"event": "subscribed", "status_code": 200, "status_desc": "OK"}
+        spark = env["spark"]
+        wait_until(lambda: spark.read.format("delta").load(env["subs"].path)
+                   .where(f"content_topic = '{ct('cli')}'").count() == 1, 60, "the CLI's subscription in Delta")
+        publish(env, [(PT, ct("other"), b"no", False), (PT, ct("cli"), b"hello cli", False)])
+        push = json.loads(proc.stdout.readline())
+        assert (push["event"], push["payload"], push["content_topic"], push["pubsub_topic"]) == (
+            "push", "hello cli", ct("cli"), PT)
+        assert json.loads(proc.stdout.readline()) == {"event": "done", "pushes": 1, "rejected": 0}
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
