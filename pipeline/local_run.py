@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: run until Ctrl-C)")
     parser.add_argument("--demo-rate", type=int, default=5, help="demo messages per second published over relay (default 5)")
     parser.add_argument("--no-demo", action="store_true", help="do not start the demo publisher")
+    parser.add_argument("--with-filter", action="store_true",
+                        help="also run the subscriptions and filter jobs (three Spark applications: slow on 2 cores)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)
@@ -59,7 +61,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
     from pipeline.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError
 
     broker = None
-    store_job = None
+    jobs: dict[str, subprocess.Popen] = {}
     bridge = None
     publisher = None
     stopping = False
@@ -86,22 +88,25 @@ def run(config: Config, args: argparse.Namespace) -> int:
         job_args = [a for item in args.overrides for a in ("--set", item)]
         if args.config:
             job_args += ["--config", args.config]
-        log.info("starting the store job (log: %s)", logs / "store-job.log")
-        store_job = subprocess.Popen([str(REPO_ROOT / "spark-submit.sh"), "store", *job_args],
-                                     stdout=(logs / "store-job.log").open("ab"), stderr=subprocess.STDOUT,
-                                     start_new_session=True, cwd=REPO_ROOT)
+        for job in ["store"] + (["subscriptions", "filter"] if args.with_filter else []):
+            log.info("starting the %s job (log: %s)", job, logs / f"{job}-job.log")
+            jobs[job] = subprocess.Popen([str(REPO_ROOT / "spark-submit.sh"), job, *job_args],
+                                         stdout=(logs / f"{job}-job.log").open("ab"), stderr=subprocess.STDOUT,
+                                         start_new_session=True, cwd=REPO_ROOT)
         log.info("starting the bridge (log: %s)", logs / "bridge.log")
         bridge = start_bridge(args.overrides, config_file=args.config, log=(logs / "bridge.log").open("a"))
         for addr in bridge.addrs:
             log.info("bridge listening on %s", addr)
         log.info("history: .venv/bin/waku-store query --peer %s --direction backward --limit 20", bridge.tcp_addr)
+        if args.with_filter:
+            log.info("filter: .venv/bin/waku-bridge filter --peer %s --content-topic <topic>", bridge.tcp_addr)
         if not args.no_demo:
             log.info("starting a demo publisher: %d msg/s over relay to %s", args.demo_rate, bridge.tcp_addr)
             publisher = start_publisher(bridge.tcp_addr, rate=args.demo_rate, count=0, log=subprocess.DEVNULL)
         began = time.monotonic()
         last_report = 0.0
         while not stopping and (not args.duration or time.monotonic() - began < args.duration):
-            for name, proc in (("store job", store_job), ("bridge", bridge.proc)):
+            for name, proc in [*((f"{j} job", p) for j, p in jobs.items()), ("bridge", bridge.proc)]:
                 if proc.poll() is not None:
                     raise RuntimeError(f"the {name} exited with {proc.returncode}: see {logs}")
             if time.monotonic() - last_report >= 5:
@@ -117,13 +122,14 @@ def run(config: Config, args: argparse.Namespace) -> int:
         if bridge is not None:
             log.info("stopping the bridge (flushes its Kafka producer)")
             bridge.stop()
-        if store_job is not None and store_job.poll() is None:
-            log.info("stopping the store job")
-            os.killpg(store_job.pid, signal.SIGTERM)
-            try:
-                store_job.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(store_job.pid, signal.SIGKILL)
+        for job, proc in jobs.items():
+            if proc.poll() is None:
+                log.info("stopping the %s job", job)
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
         if broker is not None:
             log.info("stopping embedded Kafka")
             broker.stop()
