@@ -14,6 +14,7 @@ import multiaddr
 import trio
 from libp2p.crypto.keys import KeyPair
 from libp2p.tools.anyio_service import background_trio_service
+from libp2p.utils.varint import encode_uvarint
 
 from ingest.host import ListenError, build_host, check_listen_addrs, listen_addrs
 from ingest.identity import load_or_create_key, peer_id_of
@@ -53,19 +54,9 @@ def ingest_value(pubsub_topic: str, data: bytes, received_time: float, bridge_id
     than re-encoding it: protobuf fields may come in any order, and this keeps every byte."""
     head = pr.IngestRecord(pubsub_topic=pubsub_topic, received_time=received_time,
                            source=pr.RELAY, bridge_id=bridge_id).SerializeToString()
-    return head + _MESSAGE_FIELD_TAG + _uvarint(len(data)) + data
+    return head + _MESSAGE_FIELD_TAG + encode_uvarint(len(data)) + data
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 class BridgeError(Exception):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 from libp2p.network.stream.exceptions import StreamEOF
+from libp2p.utils.varint import encode_uvarint
 
 from pipeline.hashing import store_digest
 from pipeline.store_query import Index, Page, StoredMessage, StoreQuery
@@ -30,16 +31,7 @@ class FrameError(Exception):
     """The peer sent something that is not a frame we accept (the stream is closed)."""
 
 
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+uvarint = encode_uvarint  # py-libp2p's unsigned varint, the length prefix of every frame
 
 
 def frame(data: bytes) -> bytes:
