@@ -6,7 +6,7 @@ setup:
 	bash scripts/setup.sh
 
 run: setup
-	.venv/bin/python -m pipeline.local_run
+	.venv/bin/python -m tools.local_run
 
 test: setup
 	.venv/bin/python -m pytest -q

@@ -22,7 +22,7 @@ from ingest.host import ListenError
 from ingest.node import BridgeError
 from ingest.identity import IdentityError, load_or_create_key, peer_id_of
 from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC, Limits, check_pubsub_topic
-from pipeline.config import ConfigError, add_config_arguments, config_from_args
+from core.config import ConfigError, add_config_arguments, config_from_args
 
 log = logging.getLogger("ingest.cli")
 GC_GEN0_THRESHOLD = 20_000  # Python's default: 700

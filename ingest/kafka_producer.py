@@ -24,6 +24,7 @@ from typing import Any
 
 import trio
 
+from core.kafka import client_options as kafka_client_options
 
 log = logging.getLogger("ingest.kafka")
 
@@ -254,7 +255,7 @@ class IngestProducer:
             "bootstrap_timeout_ms": 10_000,
             "client_id": "waku-bridge",
         }
-        options.update(_client_options(s.client_options))
+        options.update(kafka_client_options(s.client_options))
         backoff = 1.0
         while not self._closing:
             try:
@@ -329,12 +330,3 @@ def _is_timeout(error: BaseException) -> bool:
     from kafka.errors import KafkaTimeoutError
 
     return isinstance(error, KafkaTimeoutError)
-
-
-def _client_options(options: Mapping[str, str]) -> dict[str, Any]:
-    """kafka.client_options (Java-style names: security.protocol=SSL) as kafka-python kwargs."""
-    out: dict[str, Any] = {}
-    for name, value in options.items():
-        key = name.replace(".", "_")
-        out[key] = int(value) if value.isdigit() else value
-    return out

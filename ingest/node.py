@@ -14,8 +14,8 @@ import multiaddr
 import trio
 from libp2p.crypto.keys import KeyPair
 from libp2p.tools.anyio_service import background_trio_service
-from libp2p.utils.varint import encode_uvarint
 
+from core.records import ingest_key, ingest_value
 from ingest.host import ListenError, build_host, check_listen_addrs, listen_addrs
 from ingest.identity import load_or_create_key, peer_id_of
 from ingest.filter.service import FilterService
@@ -26,37 +26,12 @@ from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
 from ingest.settings import BridgeSettings
 from ingest.store.server import StoreServer
-from pipeline.hashing import message_hash
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
 
 log = logging.getLogger("ingest.bridge")
 
 STATUS_EVERY_S = 60.0
-_MESSAGE_FIELD_TAG = b"\x12"  # IngestRecord.message: field 2, length-delimited
-
-
-def ingest_key(pubsub_topic: str, msg: WakuMessage) -> bytes:
-    """The Kafka key: the 14/WAKU2-MESSAGE message hash (the store's de-duplication key; an old
-    peer's seconds timestamp counts as nanoseconds, as the store decodes it)."""
-    if msg.HasField("timestamp"):
-        ts: int | None = msg.timestamp
-    elif msg.HasField("legacy_timestamp"):
-        ts = int(msg.legacy_timestamp * 1e9)
-    else:
-        ts = None
-    return message_hash(pubsub_topic, msg.payload, msg.content_topic,
-                        msg.meta if msg.HasField("meta") else None, ts)
-
-
-def ingest_value(pubsub_topic: str, data: bytes, received_time: float, bridge_id: str) -> bytes:
-    """The IngestRecord bytes, embedding the WakuMessage exactly as received (`data`) rather
-    than re-encoding it: protobuf fields may come in any order, and this keeps every byte."""
-    head = pr.IngestRecord(pubsub_topic=pubsub_topic, received_time=received_time,
-                           source=pr.RELAY, bridge_id=bridge_id).SerializeToString()
-    return head + _MESSAGE_FIELD_TAG + encode_uvarint(len(data)) + data
-
-
 
 
 class BridgeError(Exception):

@@ -10,7 +10,7 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from ingest.filter.settings import FilterSettings
 from ingest.relay.codec import Limits, check_pubsub_topic
 from ingest.store.server import StoreServiceSettings
-from pipeline.config import Config, ConfigError
+from core.config import Config, ConfigError
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,11 @@ import argparse
 import logging
 import sys
 
-from pipeline.config import add_config_arguments
-from pipeline.entrypoint import setup_job
-from pipeline.filter_match import start_filter_query
-from pipeline.session import build_session
+from core.config import add_config_arguments
+from pipeline.spark.entrypoint import setup_job
+from pipeline.filter.matching import start_filter_query
+from pipeline.filter.settings import FilterJobSettings
+from pipeline.spark.session import build_session
 
 log = logging.getLogger("waku.jobs.filter")
 
@@ -21,9 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.realtime:
         args.overrides.append("filter.trigger=realtime")
-    config = setup_job(args)
-    spark = build_session(config, "filter")
-    query = start_filter_query(spark, config)
+    settings, spark_settings = setup_job(args, FilterJobSettings.from_config)
+    spark = build_session(spark_settings, "filter")
+    query = start_filter_query(spark, settings)
     query.awaitTermination()
     return 0
 

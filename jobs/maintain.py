@@ -5,12 +5,13 @@ import argparse
 import logging
 import sys
 
-from pipeline.config import add_config_arguments
-from pipeline.entrypoint import setup_job
-from pipeline.maintenance import MaintenanceReport, apply_retention, compact, vacuum
-from pipeline.session import build_session
-from pipeline.store_tables import ensure_store_tables
-from pipeline.validation import Limits, audit
+from core.config import add_config_arguments
+from pipeline.spark.entrypoint import setup_job
+from pipeline.store.maintenance import MaintenanceReport, apply_retention, compact, vacuum
+from pipeline.store.settings import MaintainSettings
+from pipeline.spark.session import build_session
+from pipeline.store.tables import ensure_store_tables
+from pipeline.store.validation import audit
 
 log = logging.getLogger("waku.jobs.maintain")
 
@@ -21,22 +22,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", action="append", default=[], choices=["retention", "compact", "vacuum", "audit"],
                         help="leave out a step (repeatable)")
     args = parser.parse_args(argv)
-    config = setup_job(args)
-    spark = build_session(config, "maintain")
-    ensure_store_tables(spark, config)
+    settings, spark_settings = setup_job(args, MaintainSettings.from_config)
+    spark = build_session(spark_settings, "maintain")
+    ensure_store_tables(spark, settings.warehouse)
     report = MaintenanceReport()
     if "retention" not in args.skip:
-        apply_retention(spark, config, report=report)
+        apply_retention(spark, settings, report=report)
     if "compact" not in args.skip:
-        compact(spark, config, report=report)
+        compact(spark, settings, report=report)
     if "vacuum" not in args.skip:
-        vacuum(spark, config, report=report)
+        vacuum(spark, settings, report=report)
     log.info("maintenance done: %s", report)
     print(report)
     if "audit" not in args.skip:
         # The stored table against the validation rules (great-expectations on Spark).
-        messages = spark.read.format("delta").load(config.table_path("messages"))
-        outcome = audit(messages, Limits.from_config(config))
+        messages = spark.read.format("delta").load(settings.warehouse.table_path("messages"))
+        outcome = audit(messages, settings.limits)
         log.log(logging.INFO if outcome["success"] else logging.ERROR, "audit of messages: %s", outcome)
         print(f"audit: {outcome}")
         if not outcome["success"]:

@@ -5,10 +5,11 @@ import argparse
 import logging
 import sys
 
-from pipeline.config import add_config_arguments
-from pipeline.entrypoint import setup_job
-from pipeline.session import build_session
-from pipeline.store_job import start_store_query
+from core.config import add_config_arguments
+from pipeline.spark.entrypoint import setup_job
+from pipeline.spark.session import build_session
+from pipeline.store.job import start_store_query
+from pipeline.store.settings import StoreJobSettings
 
 log = logging.getLogger("waku.jobs.store")
 
@@ -19,10 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--available-now", action="store_true",
                         help="process everything in Kafka now, then stop (catch-up)")
     args = parser.parse_args(argv)
-    config = setup_job(args)
-    spark = build_session(config, "store")
-    query = start_store_query(spark, config, available_now=args.available_now)
-    log.info("store query started: %s -> %s", config.get("topics.messages"), config.table_path("messages"))
+    settings, spark_settings = setup_job(args, StoreJobSettings.from_config)
+    spark = build_session(spark_settings, "store")
+    query = start_store_query(spark, settings, available_now=args.available_now)
+    log.info("store query started: %s -> %s", settings.topic, settings.warehouse.table_path("messages"))
     query.awaitTermination()
     return 0
 

@@ -5,10 +5,11 @@ import argparse
 import logging
 import sys
 
-from pipeline.config import add_config_arguments
-from pipeline.entrypoint import setup_job
-from pipeline.session import build_session
-from pipeline.subscriptions import SubscriptionsJob
+from core.config import add_config_arguments
+from pipeline.spark.entrypoint import setup_job
+from pipeline.spark.session import build_session
+from pipeline.filter.settings import SubscriptionsJobSettings
+from pipeline.filter.subscriptions import SubscriptionsJob
 
 log = logging.getLogger("waku.jobs.subscriptions")
 
@@ -17,11 +18,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="subscriptions", description=__doc__)
     add_config_arguments(parser)
     args = parser.parse_args(argv)
-    config = setup_job(args)
-    spark = build_session(config, "subscriptions")
-    job = SubscriptionsJob(spark, config)
+    settings, spark_settings = setup_job(args, SubscriptionsJobSettings.from_config)
+    spark = build_session(spark_settings, "subscriptions")
+    job = SubscriptionsJob(spark, settings)
     query = job.start()
-    log.info("subscriptions query started: %s -> %s", config.get("topics.subscriptions"), job.path)
+    log.info("subscriptions query started: %s -> %s", settings.topic, job.path)
     try:
         query.awaitTermination()
     finally:

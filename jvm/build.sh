@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds waku-proto-decode.jar: the ProtoDecode Spark UDF (our stand-in for spark-protobuf's
-# from_protobuf, see pipeline/protobuf.py) plus schemas/waku.desc as the classpath resource
+# from_protobuf, see pipeline/spark/protobuf.py) plus schemas/waku.desc as the classpath resource
 # /waku.desc. Plain javac + jar, no Maven.
 #
 # Usage: jvm/build.sh [OUT_DIR]     (default: <repo>/.cache/jars/spark)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.config import Config, load_config
+from core.config import Config, load_config
 
 
 def free_port() -> int:
@@ -50,7 +50,7 @@ def kafka(config: Config) -> Iterator[str]:
     if not config.uses_embedded_kafka():
         yield config.bootstrap_servers()
         return
-    from pipeline.embedded_kafka import EmbeddedKafka
+    from tools.embedded_kafka import EmbeddedKafka
 
     broker = EmbeddedKafka.from_config(config)
     broker.start()
@@ -62,8 +62,9 @@ def kafka(config: Config) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def spark(config: Config):
-    from pipeline.session import build_session
+    from core.spark_conf import SparkSettings
+    from pipeline.spark.session import build_session
 
-    session = build_session(config, "tests")
+    session = build_session(SparkSettings.from_config(config), "tests")
     yield session
     session.stop()

@@ -1,8 +1,10 @@
-"""12/WAKU2-FILTER on the bridge: filter-subscribe v2 and legacy v00 servers, the pusher that
-sends what the Spark filter job matched, and a filter client (docs/filter-service.md).
+"""12/WAKU2-FILTER on the bridge: filter-subscribe v2 and legacy v00, the pusher that sends what
+the Spark filter job matched, and a filter client (docs/filter-service.md).
 
-Modules: ``codec`` (protocol ids, framing, status codes), ``state`` (the bridge's view of its
-own peers' subscriptions, limits), ``server`` (filter-subscribe v2), ``legacy`` (v00),
-``pusher`` (waku.push.<bridge_id> -> filter-push), ``service`` (assembles them in the node),
+Modules: ``codec`` (protocol ids, status codes, push and response encodings), ``state`` (the
+bridge's view of its own peers' subscriptions, limits, the changes applied to it),
+``protocol`` (the pure request core of v2 and v00: request + view -> response + changes),
+``pusher`` (waku.push.<bridge_id> consumer, per-peer de-duplication), ``service`` (stream
+handlers, event production, pushes, sweeps: assembles them in the node), ``settings``,
 ``client`` (library and ``waku-bridge filter``).
 """

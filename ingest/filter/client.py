@@ -28,7 +28,8 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 
 from ingest.filter.codec import (FILTER_PUSH_CODEC, FILTER_SUBSCRIBE_CODEC, FILTER_V00_CODEC, MAX_PUSH_BYTES,
-                                 frame, read_frame)
+                                 MAX_REQUEST_BYTES)
+from ingest.framing import frame, read_frame
 from ingest.host import build_host, listen_addrs
 from ingest.settings import parse_peer
 from schemas import filter_v00_pb2 as f00
@@ -90,11 +91,11 @@ class FilterClient:
             await stream.write(frame(req.SerializeToString()))
             if not rid:
                 with trio.move_on_after(1.0):
-                    data = await read_frame(stream)
+                    data = await read_frame(stream, MAX_REQUEST_BYTES)
                     raise RuntimeError(f"unexpected answer to a request without id: {data!r}")
                 return None
             with trio.fail_after(timeout):
-                resp = fv2.FilterSubscribeResponse.FromString(await read_frame(stream))
+                resp = fv2.FilterSubscribeResponse.FromString(await read_frame(stream, MAX_REQUEST_BYTES))
         finally:
             await stream.close()
         if resp.request_id != rid:
@@ -217,7 +218,7 @@ class FilterClient:
 def add_filter_command(sub: Any) -> None:
     """Register the `filter` subcommand on waku-bridge's subparsers."""
     from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC
-    from pipeline.config import add_config_arguments
+    from core.config import add_config_arguments
 
     p = sub.add_parser("filter", help="subscribe to a filter service node and print the pushes (JSON lines)")
     add_config_arguments(p)
@@ -251,7 +252,7 @@ def cmd_filter(args: Any) -> int:
     import signal
 
     from ingest.relay.codec import check_pubsub_topic
-    from pipeline.config import ConfigError, config_from_args
+    from core.config import ConfigError, config_from_args
 
     config_from_args(args)  # validates --config / --set like the other subcommands
     why = check_pubsub_topic(args.pubsub_topic)

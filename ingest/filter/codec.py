@@ -1,4 +1,5 @@
-"""Filter wire facts: protocol ids, varint-length-prefixed framing, status codes.
+"""Filter wire facts: protocol ids, status codes, size limits and the push encodings (frames
+are ingest/framing.py's).
 
 Status codes and their meaning follow nwaku / go-waku (shared/specs/14-WAKU2-MESSAGE-facts.md):
 200 OK, 400 BAD_REQUEST, 404 NOT_FOUND, 429 TOO_MANY_REQUESTS, 503 SERVICE_UNAVAILABLE.
@@ -7,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
+from schemas import filter_v00_pb2 as f00
+from schemas import filter_v2_pb2 as fv2
 
 FILTER_SUBSCRIBE_CODEC = "/vac/waku/filter-subscribe/2.0.0-beta1"
 FILTER_PUSH_CODEC = "/vac/waku/filter-push/2.0.0-beta1"
@@ -34,10 +36,17 @@ def status_desc(code: int, detail: str = "") -> str:
     return f"{name}: {detail}" if detail else name
 
 
-def frame(data: bytes) -> bytes:
-    return encode_varint_prefixed(data)
+def push_v2(pubsub_topic: str, message: Any) -> bytes:
+    """A filter-push v2 MessagePush{waku_message, pubsub_topic}."""
+    return fv2.MessagePush(waku_message=message, pubsub_topic=pubsub_topic).SerializeToString()
 
 
-async def read_frame(stream: Any, max_bytes: int = MAX_REQUEST_BYTES) -> bytes:
-    """One varint-length-prefixed message (raises on oversize, EOF or a bad prefix)."""
-    return await read_varint_prefixed_bytes_limited(stream, max_bytes)
+def push_v00(request_id: str, message: Any) -> bytes:
+    """A legacy push: FilterRPC{requestId of the subscribing request, push}."""
+    return f00.FilterRPC(requestId=request_id, push=f00.MessagePush(messages=[message])).SerializeToString()
+
+
+def subscribe_response(request_id: str, code: int, detail: str = "") -> bytes:
+    """A FilterSubscribeResponse echoing request_id, with nwaku's status description."""
+    return fv2.FilterSubscribeResponse(request_id=request_id, status_code=code,
+                                       status_desc=status_desc(code, detail)).SerializeToString()

@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from ingest.kafka_producer import _client_options
+from core.kafka import client_options as kafka_client_options
 
 log = logging.getLogger("ingest.filter.pusher")
 
@@ -65,7 +65,7 @@ class PushConsumer:
             fetch_max_wait_ms=50, reconnect_backoff_max_ms=1000, client_id="waku-bridge-pusher",
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
-        options.update(_client_options(self.client_options))
+        options.update(kafka_client_options(self.client_options))
         consumer = None
         while consumer is None:
             try:

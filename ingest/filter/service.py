@@ -1,7 +1,8 @@
-"""The filter service inside a bridge: stream handlers for filter-subscribe v2 and v00, the
-subscription view, the SubscriptionEvent producer (waku.subscriptions, keyed by peer id), the
-pusher, and a sweep that expires criteria past the TTL and peers unreachable for
-``unreachable_timeout_s`` (each produces an EXPIRE event).
+"""The filter service inside a bridge: the stream handlers of filter-subscribe v2 and v00 (they
+frame and decode, then call the pure request core ingest/filter/protocol.py), the subscription
+view, the SubscriptionEvent producer (waku.subscriptions, keyed by peer id), the pusher, and a
+sweep that expires criteria past the TTL and peers unreachable for ``unreachable_timeout_s``
+(each produces an EXPIRE event).
 
     service = FilterService(host, bridge_id, settings, bootstrap_servers=..., registry=...)
     await nursery.start(service.run)      # until cancelled; then the producer is flushed
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import trio
@@ -18,13 +19,17 @@ from google.protobuf.message import DecodeError
 from libp2p.peer.id import ID
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from ingest.filter.codec import FILTER_PUSH_CODEC, FILTER_SUBSCRIBE_CODEC, FILTER_V00_CODEC, frame
-from ingest.filter.legacy import handle_v00_stream, push_rpc
+from core.kafka import TopicError, ensure_topics
+from core.records import decode_push, subscription_event
+from ingest.filter.codec import (FILTER_PUSH_CODEC, FILTER_SUBSCRIBE_CODEC, FILTER_V00_CODEC, MAX_REQUEST_BYTES, OK,
+                                 SERVICE_UNAVAILABLE, TOO_MANY_REQUESTS, push_v00, push_v2, subscribe_response)
+from ingest.filter.protocol import FilterRequest, from_v00, from_v2, handle
 from ingest.filter.pusher import Dedup, PushConsumer
-from ingest.filter.server import handle_subscribe_stream
 from ingest.filter.settings import FilterSettings
-from ingest.filter.state import SubscriptionView
+from ingest.filter.state import Change, SubscriptionView
+from ingest.framing import FrameReader, frame
 from ingest.kafka_producer import IngestProducer, ProducerSettings
+from schemas import filter_v00_pb2 as f00
 from schemas import filter_v2_pb2 as fv2
 from schemas import pipeline_records_pb2 as pr
 
@@ -49,35 +54,13 @@ class FilterMetrics:
         return 0.0 if v is None else v
 
 
-def ensure_topics(bootstrap_servers: str, client_options: Mapping[str, str], topics: Mapping[str, int]) -> None:
-    """Create missing topics (the embedded broker does not auto-create); failures are logged."""
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-
-    from ingest.kafka_producer import _client_options
-
+def _create_topics(bootstrap_servers: str, client_options: Mapping[str, str], topics: Mapping[str, int]) -> None:
+    """Create missing topics (the embedded broker does not auto-create); failures are logged:
+    the service then waits for them to appear."""
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers.split(","), client_id="waku-bridge-admin",
-                                 request_timeout_ms=10_000, **_client_options(client_options))
-    except Exception as exc:  # noqa: BLE001
-        log.warning("filter: cannot reach Kafka to create %s: %s", ", ".join(topics), exc)
-        return
-    try:
-        existing = set(admin.list_topics())
-        new = [NewTopic(n, p, 1 if "," not in bootstrap_servers else 3) for n, p in topics.items() if n not in existing]
-        if new:
-            admin.create_topics(new, raise_errors=False)
-            log.info("filter: created topics %s", ", ".join(t.name for t in new))
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                descs = admin.describe_topics([t.name for t in new])
-                if all(d.get("partitions") and not d.get("error_code") for d in descs):
-                    break
-                time.sleep(0.2)
-    except Exception as exc:  # noqa: BLE001
+        ensure_topics(bootstrap_servers, topics, options=client_options, client_id="waku-bridge-admin")
+    except TopicError as exc:
         log.warning("filter: cannot create topics %s: %s", ", ".join(topics), exc)
-    finally:
-        admin.close()
 
 
 class FilterService:
@@ -112,7 +95,7 @@ class FilterService:
         up a shutdown: the topics, the consumer and the producer wait for Kafka in abandonable
         threads; the producer is only opened once the consumer is positioned."""
         s = self.settings
-        await trio.to_thread.run_sync(ensure_topics, self.bootstrap_servers, self.client_options,
+        await trio.to_thread.run_sync(_create_topics, self.bootstrap_servers, self.client_options,
                                       {s.subscriptions_topic: s.subscriptions_partitions,
                                        self.push_topic: s.push_partitions}, abandon_on_cancel=True)
         self.consumer = PushConsumer(self.bootstrap_servers, self.push_topic, self.client_options,
@@ -142,22 +125,91 @@ class FilterService:
         finally:
             self.consumer.stop()  # a daemon thread: it leaves within one poll (200 ms)
 
+    # -- requests: streams frame and decode, protocol.handle decides ---------------------------
+
     async def _on_subscribe(self, stream: Any) -> None:
-        await handle_subscribe_stream(self, stream)
+        """filter-subscribe v2: one FilterSubscribeRequest per frame, answered with a
+        FilterSubscribeResponse echoing request_id (a request without request_id is neither
+        applied nor answered). The subscriber is the connection's peer id."""
+        peer = stream.muxed_conn.peer_id.to_base58()
+        frames = FrameReader(stream, MAX_REQUEST_BYTES)
+        try:
+            while True:
+                try:
+                    data = await frames.read_frame()
+                except Exception:  # noqa: BLE001 - reset, or an oversized / bad frame: done
+                    return
+                if data is None:
+                    return
+                try:
+                    req = fv2.FilterSubscribeRequest.FromString(data)
+                except DecodeError:
+                    self.count_request("undecodable", 0)
+                    log.debug("filter: undecodable request from %s", peer)
+                    continue
+                request = from_v2(req)
+                if not request.request_id:
+                    self.count_request(request.label, 0)
+                    continue
+                code, detail = await self.serve(peer, request)
+                self.count_request(request.label, code)
+                await stream.write(frame(subscribe_response(request.request_id, code, detail)))
+        finally:
+            await _close(stream)
 
     async def _on_v00(self, stream: Any) -> None:
-        await handle_v00_stream(self, stream)
+        """Legacy filter v00: FilterRPC{requestId, request} subscribes or unsubscribes; nothing is
+        answered (a refusal is logged and counted)."""
+        peer = stream.muxed_conn.peer_id.to_base58()
+        frames = FrameReader(stream, MAX_REQUEST_BYTES)
+        try:
+            while True:
+                try:
+                    data = await frames.read_frame()
+                except Exception:  # noqa: BLE001 - reset, bad frame
+                    return
+                if data is None:
+                    return
+                try:
+                    rpc = f00.FilterRPC.FromString(data)
+                except DecodeError:
+                    self.count_request("v00_undecodable", 0)
+                    continue
+                if not rpc.HasField("request"):
+                    continue
+                request = from_v00(rpc, self.settings.default_pubsub_topic)
+                code, detail = await self.serve(peer, request)
+                self.count_request(request.label, code)
+                if code != OK:
+                    log.info("filter v00: request %s of %s refused: %d %s", rpc.requestId, peer, code, detail)
+        finally:
+            await _close(stream)
+
+    async def serve(self, peer: str, request: FilterRequest) -> tuple[int, str]:
+        """Rate limit, then the protocol's decision; its changes are recorded in Kafka and then
+        applied to the view. (status, detail)."""
+        async with self.lock:
+            now = time.time()
+            if self.view.rate_limited(peer, now):
+                return TOO_MANY_REQUESTS, "request rate limit reached"
+            response = handle(peer, request, self.view)
+            for change in response.events:
+                # A REFRESH is best effort (the next ping refreshes again); the others must be recorded.
+                if not await self.emit(peer, change) and change.op != pr.REFRESH:
+                    return SERVICE_UNAVAILABLE, response.unrecorded
+                self.view.apply(peer, change, now)
+                if change.op in (pr.UNSUBSCRIBE, pr.UNSUBSCRIBE_ALL):
+                    self.peer_changed(peer)
+            return response.code, response.detail
 
     # -- events ---------------------------------------------------------------------------------
 
-    async def emit(self, peer: str, op: int, pubsub_topic: str = "", content_topics: Sequence[str] = (),
-                   request_id: str = "", protocol: str = "") -> bool:
+    async def emit(self, peer: str, change: Change) -> bool:
         """Produce one SubscriptionEvent (keyed by peer id: per-peer order); False if dropped."""
         assert self.producer is not None
-        ev = pr.SubscriptionEvent(peer_id=peer, bridge_id=self.bridge_id, op=op, pubsub_topic=pubsub_topic or "",
-                                  content_topics=list(content_topics), event_time=time.time(),
-                                  request_id=request_id, protocol=protocol)
-        return await self.producer.put(peer.encode(), ev.SerializeToString(), time.perf_counter())
+        key, value = subscription_event(peer, self.bridge_id, change.op, time.time(), change.pubsub_topic or "",
+                                        change.content_topics, change.request_id, change.protocol)
+        return await self.producer.put(key, value, time.perf_counter())
 
     def count_request(self, kind: str, status: int) -> None:
         self.metrics.requests.labels(kind, str(status)).inc()
@@ -178,7 +230,7 @@ class FilterService:
             self.peer_changed(peer)
             self.metrics.expired.labels(reason).inc()
             log.info("filter: subscriptions of %s expired (%s)", peer, reason)
-            await self.emit(peer, pr.EXPIRE, request_id=reason)
+            await self.emit(peer, Change(pr.EXPIRE, request_id=reason))
 
     async def _sweep(self) -> None:
         s = self.settings
@@ -198,7 +250,7 @@ class FilterService:
                     if (now - state.refreshed > s.limits.ttl_s / 2
                             and any(c.protocol == "v00" for c in state.criteria.values())):
                         state.refreshed = now
-                        await self.emit(peer, pr.REFRESH, protocol="v00")
+                        await self.emit(peer, Change(pr.REFRESH, protocol="v00"))
             for peer in self.view.unreachable(now, s.unreachable_timeout_s):
                 await self._expire(peer, "unreachable")
             self.view.forget_requests(now)
@@ -210,9 +262,8 @@ class FilterService:
     def _deliver(self, values: list[bytes]) -> None:
         """On the trio thread: a batch of PushRecord values from the push topic."""
         for value in values:
-            try:
-                rec = pr.PushRecord.FromString(value)
-            except DecodeError:
+            rec = decode_push(value)
+            if rec is None:
                 self.metrics.pushes.labels("undecodable").inc()
                 continue
             crit = self.view.wanted(rec.peer_id, rec.pubsub_topic, rec.message.content_topic)
@@ -263,10 +314,9 @@ class FilterService:
         if not self.host.get_network().connections.get(peer_id):
             return False  # only over an existing connection
         if protocol == "v00":
-            codec, data = FILTER_V00_CODEC, push_rpc(request_id, rec.message)
+            codec, data = FILTER_V00_CODEC, push_v00(request_id, rec.message)
         else:
-            codec = FILTER_PUSH_CODEC
-            data = fv2.MessagePush(waku_message=rec.message, pubsub_topic=rec.pubsub_topic).SerializeToString()
+            codec, data = FILTER_PUSH_CODEC, push_v2(rec.pubsub_topic, rec.message)
         try:
             with trio.fail_after(self.settings.push_timeout_s):
                 stream = await self.host.new_stream(peer_id, [codec])
@@ -278,3 +328,10 @@ class FilterService:
         except Exception as exc:  # noqa: BLE001 - any failure: unreachable for now
             log.debug("filter: push to %s failed: %s: %s", peer_id, type(exc).__name__, exc)
             return False
+
+
+async def _close(stream: Any) -> None:
+    try:
+        await stream.close()
+    except Exception:  # noqa: BLE001 - the stream is gone either way
+        pass

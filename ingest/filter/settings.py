@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ingest.filter.state import FilterLimits
-from pipeline.config import Config, ConfigError
+from core.config import Config, ConfigError
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ingest.filter.codec import BAD_REQUEST, NOT_FOUND, OK, SERVICE_UNAVAILABLE
+from schemas import pipeline_records_pb2 as pr
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,17 @@ class FilterLimits:
     max_peers: int = 1000
     max_requests_per_peer_per_minute: int = 30
     ttl_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class Change:
+    """One subscription change of a peer: a SubscriptionEvent (core/records.py) produced to
+    waku.subscriptions and applied to the view (SubscriptionView.apply) once recorded."""
+    op: int                          # pipeline_records SubscriptionOp
+    pubsub_topic: str | None = ""
+    content_topics: tuple[str, ...] = ()
+    request_id: str = ""
+    protocol: str = ""
 
 
 @dataclass
@@ -128,6 +140,20 @@ class SubscriptionView:
             return False
         state.refreshed = now
         return True
+
+    def apply(self, peer: str, change: Change, now: float) -> None:
+        """Apply a recorded change (what the subscriptions job applies to Delta, here for this
+        bridge's own peers)."""
+        op = change.op
+        if op == pr.SUBSCRIBE:
+            self.subscribe(peer, change.pubsub_topic or "", change.content_topics, now, change.protocol,
+                           change.request_id)
+        elif op == pr.UNSUBSCRIBE:
+            self.unsubscribe(peer, change.pubsub_topic or "", change.content_topics)
+        elif op in (pr.UNSUBSCRIBE_ALL, pr.EXPIRE):
+            self.remove_peer(peer)
+        elif op == pr.REFRESH:
+            self.refresh(peer, now)
 
     # -- pusher and sweeps --------------------------------------------------------------------
 

@@ -16,8 +16,8 @@ Plain py-libp2p 0.8.1 cannot be a Waku relay node; each shortcoming and its fix 
   (the peer's stream is read inline, so a slow sink slows the sender through flow control),
   and counts every outbound drop;
 - it reads each frame with 1-byte reads (a yamux window update per byte) and writes one
-  frame per RPC: :class:`RelayPubsub` reads through a buffer and coalesces queued RPCs into
-  one frame per write.
+  frame per RPC: :class:`RelayPubsub` reads through the bridge's buffered frame reader
+  (ingest/framing.py) and coalesces queued RPCs into one frame per write.
 
 Every override names the 0.8.1 behaviour it replaces; ``tests/unit/test_ingest_relay.py``
 pins the version and the source of the replaced methods, so an upgrade fails loudly.
@@ -34,7 +34,7 @@ import trio
 from google.protobuf.message import DecodeError
 from libp2p.abc import IHost, INetStream
 from libp2p.custom_types import TProtocol
-from libp2p.io.exceptions import IOException, MessageTooLarge
+from libp2p.io.exceptions import IOException
 from libp2p.network.connection.exceptions import RawConnError
 from libp2p.network.stream.exceptions import StreamEOF, StreamError
 from libp2p.peer.id import ID
@@ -47,6 +47,7 @@ from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.rpc_queue import RpcQueue
 from libp2p.pubsub.utils import maybe_consume_signed_record
 
+from ingest.framing import FrameError, FrameReader
 from ingest.relay.codec import RELAY_CODECS, Reject, relay_message_id
 from ingest.relay.validator import WakuMessageValidator
 from schemas.waku_message_pb2 import WakuMessage
@@ -315,52 +316,6 @@ class WakuRelayRouter(GossipSub):
         self._warn_drop("relay: dropped an RPC to peer %s (%s, %d message(s))", peer_id, reason, messages)
 
 
-class _FrameReader:
-    """Varint-length-prefixed frames read through a buffer (0.8.1 reads the prefix byte by
-    byte, and with yamux each read sends a window update)."""
-
-    def __init__(self, stream: INetStream, max_len: int, chunk: int = READ_CHUNK) -> None:
-        self.stream = stream
-        self.max_len = max_len
-        self.chunk = chunk
-        self.buf = bytearray()
-        self.pos = 0
-
-    async def _fill(self) -> None:
-        if self.pos and self.pos * 2 >= len(self.buf):
-            del self.buf[: self.pos]
-            self.pos = 0
-        data = await self.stream.read(self.chunk)
-        if not data:
-            raise StreamEOF("stream closed")
-        self.buf += data
-
-    async def read_frame(self) -> bytes:
-        while True:
-            value = shift = 0
-            i = self.pos
-            end = len(self.buf)
-            complete = False
-            while i < end:
-                b = self.buf[i]
-                i += 1
-                value |= (b & 0x7F) << shift
-                if not b & 0x80:
-                    complete = True
-                    break
-                shift += 7
-                if shift > 63:
-                    raise MessageTooLarge("invalid varint length prefix")
-            if complete:
-                if value > self.max_len:
-                    raise MessageTooLarge(f"RPC frame of {value} bytes exceeds the limit of {self.max_len}")
-                if end - i >= value:
-                    frame = bytes(self.buf[i : i + value])
-                    self.pos = i + value
-                    return frame
-            await self._fill()
-
-
 class RelayPubsub(Pubsub):
     """Pubsub for Waku relay: StrictNoSign, sha256(data) ids, validated messages to a sink."""
 
@@ -492,10 +447,13 @@ class RelayPubsub(Pubsub):
         """Read RPCs through a buffer and process each published message inline, so the
         sink's backpressure reaches the sender (0.8.1 spawns one task per message)."""
         peer_id = stream.muxed_conn.peer_id
-        reader = _FrameReader(stream, self.max_inbound_rpc_size)
+        reader = FrameReader(stream, self.max_inbound_rpc_size, READ_CHUNK)
         try:
             while self.manager.is_running:
                 frame = await reader.read_frame()
+                if frame is None:
+                    log.debug("relay: stream from %s closed", peer_id)
+                    return
                 rpc = rpc_pb2.RPC()
                 try:
                     rpc.ParseFromString(frame)
@@ -519,7 +477,7 @@ class RelayPubsub(Pubsub):
                             self.handle_subscription(peer_id, sub)
                 if rpc.HasField("control"):
                     await self.router.handle_rpc(rpc, peer_id)
-        except MessageTooLarge as error:
+        except FrameError as error:
             log.warning("relay: peer %s: %s; closing its stream", peer_id, error)
             try:
                 await stream.reset()

@@ -20,10 +20,11 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 
+from core.store_page import StoreQuery
+from ingest.framing import FrameReader, frame
 from ingest.host import build_host
 from ingest.settings import parse_peer
-from ingest.store.codec import STORE_CODEC, FrameReader, RemotePage, decode_rpc, frame, page_from_response, query_to_proto
-from pipeline.store_query import StoreQuery
+from ingest.store.codec import STORE_CODEC, RemotePage, decode_rpc, page_from_response, query_to_proto
 from schemas import store_beta2_pb2 as pb
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024

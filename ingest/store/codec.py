@@ -1,5 +1,5 @@
-"""The store wire format: HistoryRPC frames with an unsigned-varint length prefix, and their
-mapping to pipeline/store_query.py's StoreQuery and Page.
+"""The store wire format: HistoryRPC messages (framed by ingest/framing.py), and their mapping
+to core/store_page.py's StoreQuery and Page.
 
 - pagingInfo absent: page size 0 (the default), no cursor, direction BACKWARD (proto3's
   default value: the last page).
@@ -7,7 +7,7 @@ mapping to pipeline/store_query.py's StoreQuery and Page.
   clients encode an empty Index on their first query). Any other digest not 32 bytes long, or
   a receivedTime that is NaN or infinite, makes the query unservable (empty response).
 - Messages go out as stored (payload, content_topic, version, timestamp, meta,
-  rate_limit_proof); the response cursor is the page's (pipeline/store_query.py).
+  rate_limit_proof); the response cursor is the page's (core/store_page.py).
 """
 from __future__ import annotations
 
@@ -15,69 +15,13 @@ import math
 from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
-from libp2p.network.stream.exceptions import StreamEOF
-from libp2p.utils.varint import encode_uvarint
 
-from pipeline.hashing import store_digest
-from pipeline.store_query import Index, Page, StoredMessage, StoreQuery
+from core.message import store_digest
+from core.store_page import Index, Page, StoredMessage, StoreQuery
 from schemas import store_beta2_pb2 as pb
 from schemas.waku_message_pb2 import WakuMessage
 
 STORE_CODEC = "/vac/waku/store/2.0.0-beta2"
-READ_CHUNK = 64 * 1024
-
-
-class FrameError(Exception):
-    """The peer sent something that is not a frame we accept (the stream is closed)."""
-
-
-uvarint = encode_uvarint  # py-libp2p's unsigned varint, the length prefix of every frame
-
-
-def frame(data: bytes) -> bytes:
-    return uvarint(len(data)) + data
-
-
-class FrameReader:
-    """Length-prefixed frames read from a libp2p stream through a buffer."""
-
-    def __init__(self, stream, max_len: int) -> None:
-        self.stream = stream
-        self.max_len = max_len
-        self.buf = bytearray()
-
-    async def _fill(self) -> bool:
-        try:
-            data = await self.stream.read(READ_CHUNK)
-        except StreamEOF:
-            return False
-        if not data:
-            return False
-        self.buf += data
-        return True
-
-    async def read_frame(self) -> bytes | None:
-        """The next frame, or None at a clean end of stream; FrameError otherwise."""
-        while True:
-            value = shift = 0
-            for i, b in enumerate(self.buf):
-                value |= (b & 0x7F) << shift
-                if not b & 0x80:
-                    if value > self.max_len:
-                        raise FrameError(f"frame of {value} bytes exceeds the limit of {self.max_len}")
-                    start = i + 1
-                    if len(self.buf) - start >= value:
-                        data = bytes(self.buf[start:start + value])
-                        del self.buf[:start + value]
-                        return data
-                    break
-                shift += 7
-                if shift > 63:
-                    raise FrameError("invalid varint length prefix")
-            if not await self._fill():
-                if self.buf:
-                    raise FrameError("stream ended inside a frame")
-                return None
 
 
 def decode_rpc(data: bytes) -> pb.HistoryRPC:
@@ -171,6 +115,5 @@ def page_from_response(rpc: pb.HistoryRPC, pubsub_topic: str = "") -> RemotePage
     return RemotePage(rpc.request_id, msgs, cursor, forward, list(r.messages))
 
 
-__all__ = ["STORE_CODEC", "DecodeError", "FrameError", "FrameReader", "RemotePage", "decode_rpc", "frame",
-           "page_from_response", "query_from_proto", "query_to_proto", "response_rpc", "uvarint",
-           "waku_message_of"]
+__all__ = ["STORE_CODEC", "DecodeError", "RemotePage", "decode_rpc", "page_from_response", "query_from_proto",
+           "query_to_proto", "response_rpc", "waku_message_of"]

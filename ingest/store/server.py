@@ -1,5 +1,7 @@
 """The store server: answers HistoryRPC queries on /vac/waku/store/2.0.0-beta2 from the online
-reader (pipeline/store_reader.py). Mounted on the bridge's host (ingest/node.py).
+reader (ingest/store/reader.py). Mounted on the bridge's host (ingest/node.py). The stream
+handler frames (ingest/framing.py) and runs the reader; what to answer is decided by the pure
+functions of ingest/store/protocol.py.
 
 Per stream: read frames until the peer closes (one query per stream, as nwaku clients do, or
 several); answer each with a HistoryRPC response carrying its request_id. An unservable query
@@ -22,13 +24,15 @@ from google.protobuf.message import DecodeError
 from libp2p.custom_types import TProtocol
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from ingest.store.codec import STORE_CODEC, FrameError, FrameReader, decode_rpc, frame, query_from_proto, response_rpc
-from pipeline.store_query import StoreLimits, check_query
-from pipeline.store_reader import NotCached
+from core.config import Config, ConfigError
+from core.store_page import StoreLimits
+from ingest.framing import FrameError, FrameReader, frame
+from ingest.store.codec import STORE_CODEC, decode_rpc
+from ingest.store.protocol import REJECT_REASONS, plan, respond
+from ingest.store.reader import NotCached, ReaderSettings, StoreReader
 
 log = logging.getLogger("ingest.store")
 
-REJECT_REASONS = ("too_many_content_topics", "bad_page_size", "bad_cursor_time", "bad_cursor_digest", "no_query", "error")
 CLOSE_REASONS = ("undecodable", "bad_frame", "timeout")
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
@@ -40,12 +44,10 @@ class StoreServiceSettings:
     max_request_bytes: int = 1048576
     max_concurrent_queries: int = 2
     request_timeout_s: float = 10.0
-    reader: Any = None  # pipeline.store_reader.ReaderSettings (what StoreServer.start opens)
+    reader: ReaderSettings | None = None  # what StoreServer.start opens
 
     @classmethod
-    def from_config(cls, config: Any) -> "StoreServiceSettings":
-        from pipeline.config import ConfigError
-
+    def from_config(cls, config: Config) -> "StoreServiceSettings":
         s = config["store_service"]
         if s["preload_mb"] < 0:
             raise ConfigError(f"store_service.preload_mb: expected 0 or more, got {s['preload_mb']}")
@@ -60,8 +62,6 @@ class StoreServiceSettings:
                 raise ConfigError(f"store_service.{key}: expected a positive number of seconds, got {s[key]}")
         if s["default_page_size"] > s["max_page_size"]:
             raise ConfigError("store_service.default_page_size: must not exceed max_page_size")
-        from pipeline.store_reader import ReaderSettings
-
         return cls(s["enabled"], StoreLimits.from_config(config), s["max_request_bytes"],
                    s["max_concurrent_queries"], s["request_timeout_s"], ReaderSettings.from_config(config))
 
@@ -104,8 +104,7 @@ class StoreServer:
     def start(cls, host: Any, settings: StoreServiceSettings, registry: CollectorRegistry | None = None) -> "StoreServer":
         """Open an online reader on settings.reader (following new table versions) and mount
         the protocol on `host`; close() stops following."""
-        from pipeline.store_reader import StoreReader
-
+        assert settings.reader is not None, "StoreServiceSettings.reader: the table to serve"
         reader = StoreReader(settings.reader)
         reader.follow()
         server = cls(reader, settings, StoreMetrics(registry))
@@ -158,21 +157,17 @@ class StoreServer:
         began = time.perf_counter()
         self.metrics.queries.inc()
         page = None
-        if not rpc.HasField("query"):
-            reason: str | None = "no_query"
-        else:
-            query = query_from_proto(rpc.query)
-            reason = check_query(query, self.settings.limits)
-            if reason is None:
-                try:
-                    page = await self._query(query)
-                except Exception:  # noqa: BLE001 - answer empty, count, keep serving
-                    log.exception("store: query %r failed", rpc.request_id)
-                    reason = "error"
+        query, reason = plan(rpc, self.settings.limits)
+        if query is not None:
+            try:
+                page = await self._query(query)
+            except Exception:  # noqa: BLE001 - answer empty, count, keep serving
+                log.exception("store: query %r failed", rpc.request_id)
+                reason = "error"
         if reason is not None:
             self.metrics.rejected.labels(reason).inc()
             log.debug("store: query %r from %s answered empty: %s", rpc.request_id, _peer(stream), reason)
-        out = response_rpc(rpc.request_id, page).SerializeToString()
+        out = respond(rpc, page)
         self.metrics.latency.observe(time.perf_counter() - began)
         return out
 

@@ -40,8 +40,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from pipeline.config import load_config  # noqa: E402
-from pipeline.embedded_kafka import EmbeddedKafka  # noqa: E402
+from core.config import load_config  # noqa: E402
+from tools.embedded_kafka import EmbeddedKafka  # noqa: E402
 
 PT = "/waku/2/default-waku/proto"
 BRIDGES = 4
@@ -59,16 +59,9 @@ def log(msg: str) -> None:
 
 
 def create_topics(bootstrap: str, names: dict[str, int]) -> None:
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
+    from core.kafka import ensure_topics
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(n, p, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})
-                             for n, p in names.items()])
-        time.sleep(1.0)
-    finally:
-        admin.close()
+    ensure_topics(bootstrap, names, topic_configs={"message.timestamp.type": "LogAppendTime"})
 
 
 def topic_name(i: int) -> str:
@@ -132,11 +125,12 @@ def analyse(spark, config, messages_topic: str, push_pattern: str, criteria: int
     the messages appended from `since_ms` on (the warm-up is left out)."""
     from pyspark.sql import functions as F
 
-    from pipeline.kafka_io import kafka_options
-    from pipeline.protobuf import from_protobuf
-    from pipeline.records import PUSH_RECORD, decode_ingest_records
+    from core.settings import KafkaSettings
+    from pipeline.spark.kafka_io import kafka_options
+    from pipeline.spark.protobuf import from_protobuf
+    from pipeline.spark.records import PUSH_RECORD, decode_ingest_records
 
-    opts = kafka_options(config)
+    opts = kafka_options(KafkaSettings.from_config(config))
     m = (spark.read.format("kafka").options(**opts).option("subscribe", messages_topic)
          .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
     msgs = decode_ingest_records(m).select(
@@ -180,7 +174,8 @@ def wait_caught_up(query, sent: int, timeout: float) -> None:
 
 
 def run_mode(spark, base_overrides, bootstrap: str, mode: str, rate: float, seconds: float, criteria: int) -> dict:
-    from pipeline.filter_match import join_strategy, start_filter_query
+    from pipeline.filter.matching import join_strategy, start_filter_query
+    from pipeline.filter.settings import FilterJobSettings, SubscriptionsJobSettings
 
     tag = uuid.uuid4().hex[:6]
     messages = f"bench.{mode}.{tag}.messages"
@@ -193,7 +188,7 @@ def run_mode(spark, base_overrides, bootstrap: str, mode: str, rate: float, seco
     offered = {"sent": 0, "rate": None}
     t0 = time.time()
     try:
-        query = start_filter_query(spark, cfg, query_name=f"bench_{mode}_{tag}",
+        query = start_filter_query(spark, FilterJobSettings.from_config(cfg), query_name=f"bench_{mode}_{tag}",
                                    checkpoint=str(Path(cfg.path("warehouse.checkpoints")) / f"filter-{mode}-{tag}"))
     except Exception as exc:  # noqa: BLE001 - e.g. real-time mode refusing the plan
         return {"mode": mode, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
@@ -237,9 +232,10 @@ def clients_run(spark, base_overrides, bootstrap: str, tmp: Path, clients: int, 
     from ingest.metrics import BridgeMetrics
     from ingest.node import Bridge
     from ingest.settings import BridgeSettings
-    from pipeline.filter_match import start_filter_query
-    from pipeline.hashing import message_hash
-    from pipeline.subscriptions import SubscriptionsJob
+    from pipeline.filter.matching import start_filter_query
+    from pipeline.filter.settings import FilterJobSettings, SubscriptionsJobSettings
+    from core.message import message_hash
+    from pipeline.filter.subscriptions import SubscriptionsJob
 
     tag = uuid.uuid4().hex[:6]
     messages = f"bench.clients.{tag}.messages"
@@ -285,9 +281,9 @@ def clients_run(spark, base_overrides, bootstrap: str, tmp: Path, clients: int, 
 
     thread = threading.Thread(target=trio.run, args=(main,), daemon=True)
     thread.start()
-    subs = SubscriptionsJob(spark, cfg, query_name=f"bench_clients_subs_{tag}")
+    subs = SubscriptionsJob(spark, SubscriptionsJobSettings.from_config(cfg), query_name=f"bench_clients_subs_{tag}")
     subs.start()
-    query = start_filter_query(spark, cfg, query_name=f"bench_clients_filter_{tag}")
+    query = start_filter_query(spark, FilterJobSettings.from_config(cfg), query_name=f"bench_clients_filter_{tag}")
     result: dict = {}
     try:
         if not ready.wait(180):
@@ -305,9 +301,10 @@ def clients_run(spark, base_overrides, bootstrap: str, tmp: Path, clients: int, 
         # message append times, by hash
         from pyspark.sql import functions as F
 
-        from pipeline.kafka_io import kafka_options
-        from pipeline.records import decode_ingest_records
-        m = (spark.read.format("kafka").options(**kafka_options(cfg)).option("subscribe", messages)
+        from core.settings import KafkaSettings
+        from pipeline.spark.kafka_io import kafka_options
+        from pipeline.spark.records import decode_ingest_records
+        m = (spark.read.format("kafka").options(**kafka_options(KafkaSettings.from_config(cfg))).option("subscribe", messages)
              .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
         appends = {bytes(r.message_hash): r.ms for r in decode_ingest_records(m).select(
             "message_hash", F.unix_millis("kafka_timestamp").alias("ms")).collect()}
@@ -359,12 +356,14 @@ def main() -> int:
                 f"warehouse.checkpoints={tmp / 'checkpoints'}", "spark.master=local[2]",
                 "spark.shuffle_partitions=4", "filter.subscription_ttl_s=86400", "filter.trigger_seconds=0.2",
                 "filter.subscriptions_trigger_seconds=0.2"]
-        from pipeline.session import build_session
-        from pipeline.subscriptions import ensure_subscriptions_table
+        from core.settings import WarehouseSettings
+        from core.spark_conf import SparkSettings
+        from pipeline.spark.session import build_session
+        from pipeline.filter.subscriptions import ensure_subscriptions_table
 
         cfg = load_config(base, environ={})
-        spark = build_session(cfg, "bench-filter")
-        path = ensure_subscriptions_table(spark, cfg)
+        spark = build_session(SparkSettings.from_config(cfg), "bench-filter")
+        path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(cfg))
         t = time.monotonic()
         criteria = load_table(spark, path, peers)
         log(f"subscriptions: {criteria} criteria written in {time.monotonic() - t:.1f} s")

@@ -30,9 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from pipeline.config import load_config  # noqa: E402
-from pipeline.embedded_kafka import EmbeddedKafka  # noqa: E402
-from pipeline.loadgen import LoadGenerator, LoadProfile, producer  # noqa: E402
+from core.config import load_config  # noqa: E402
+from tools.embedded_kafka import EmbeddedKafka  # noqa: E402
+from tools.loadgen import LoadGenerator, LoadProfile, producer  # noqa: E402
 
 
 def free_port() -> int:
@@ -119,9 +119,12 @@ def main() -> int:
         results["produce_per_s"] = round(produce_all(bootstrap, "bench.throughput", records))
         print(f"  produced at {results['produce_per_s']}/s", flush=True)
 
-        from pipeline.session import build_session
-        from pipeline.store_job import start_store_query
-        from pipeline.store_tables import ensure_store_tables
+        from core.settings import WarehouseSettings
+        from core.spark_conf import SparkSettings
+        from pipeline.spark.session import build_session
+        from pipeline.store.settings import StoreJobSettings
+        from pipeline.store.job import start_store_query
+        from pipeline.store.tables import ensure_store_tables
 
         def cfg(topic: str, name: str, extra: list[str] = ()):  # type: ignore[assignment]
             return load_config([f"kafka.bootstrap_servers={bootstrap}", f"topics.messages={topic}",
@@ -130,11 +133,11 @@ def main() -> int:
                                 "spark.master=local[2]", "spark.shuffle_partitions=4", *extra])
 
         c1 = cfg("bench.throughput", "throughput")
-        spark = build_session(c1, "bench-store")
-        ensure_store_tables(spark, c1)
+        spark = build_session(SparkSettings.from_config(c1), "bench-store")
+        ensure_store_tables(spark, WarehouseSettings.from_config(c1))
         print("store job catching up (available-now) ...", flush=True)
         began = time.monotonic()
-        q = start_store_query(spark, c1, available_now=True)
+        q = start_store_query(spark, StoreJobSettings.from_config(c1), available_now=True)
         q.awaitTermination()
         took = time.monotonic() - began
         stored = spark.read.format("delta").load(c1.table_path("messages")).count()
@@ -143,10 +146,10 @@ def main() -> int:
         print(f"  {records} records in {took:.1f}s: {records / took:.0f}/s ({stored} rows stored)", flush=True)
 
         c2 = cfg("bench.latency", "latency", ["store.trigger_seconds=0.5", "store.starting_offsets=latest"])
-        ensure_store_tables(spark, c2)
+        ensure_store_tables(spark, WarehouseSettings.from_config(c2))
         watcher = DeltaWatcher(c2.table_path("messages"))
         watcher.start()
-        q = start_store_query(spark, c2, query_name="store_latency")
+        q = start_store_query(spark, StoreJobSettings.from_config(c2), query_name="store_latency")
         while not q.recentProgress:  # the query has made its first (empty) batch
             time.sleep(0.2)
         print(f"offering {args.rate:.0f} msg/s for {seconds:.0f}s ...", flush=True)

@@ -54,7 +54,7 @@ def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000) -> f
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from pipeline.store_reader import MESSAGES_ARROW_SCHEMA, write_messages
+    from ingest.store.reader import MESSAGES_ARROW_SCHEMA, write_messages
 
     began = time.monotonic()
     rng = np.random.default_rng(1)
@@ -110,7 +110,7 @@ def serve(path: str, cache_mb: int, threads: int, preload_mb: int) -> None:
 
     from ingest.host import build_host, listen_addrs
     from ingest.store.server import StoreServer, StoreServiceSettings
-    from pipeline.store_reader import ReaderSettings, StoreReader
+    from ingest.store.reader import ReaderSettings, StoreReader
 
     reader = StoreReader(ReaderSettings(path, cache_mb=cache_mb))
     reader.refresh()
@@ -155,7 +155,7 @@ def serve(path: str, cache_mb: int, threads: int, preload_mb: int) -> None:
 # --- the clients ----------------------------------------------------------------------------
 
 def random_query(rnd: random.Random):
-    from pipeline.store_query import Index, StoreQuery
+    from core.store_page import Index, StoreQuery
 
     pubsub = rnd.choice(("",) + PUBSUB)
     k = rnd.choice((0, 1, 1, 3))

@@ -19,11 +19,12 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
 
 from ingest.metrics import BridgeMetrics
-from ingest.node import Bridge, ingest_key
+from core.records import ingest_key
+from ingest.node import Bridge
 from ingest.publisher import Publisher
 from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC, RELAY_CODEC_BETA2
 from ingest.settings import BridgeSettings
-from pipeline.config import Config, load_config
+from core.config import Config, load_config
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
 
@@ -34,14 +35,9 @@ CT = "/bridge-test/1/chat/proto"
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
+    from core.kafka import ensure_topics
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(name, partitions, 1)])
-    finally:
-        admin.close()
+    ensure_topics(bootstrap, {name: partitions})
 
 
 def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list:

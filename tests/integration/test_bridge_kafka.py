@@ -18,14 +18,9 @@ pytestmark = pytest.mark.integration
 
 
 def create_topic(bootstrap: str, name: str) -> None:
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
+    from core.kafka import ensure_topics
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(name, 2, 1)])
-    finally:
-        admin.close()
+    ensure_topics(bootstrap, {name: 2})
 
 
 def count_records(bootstrap: str, topic: str) -> int:
@@ -161,7 +156,7 @@ def test_relay_backpressure_while_kafka_is_down_loses_nothing(kafka, tmp_path):
     from ingest.node import Bridge
     from ingest.publisher import Publisher
     from ingest.settings import BridgeSettings
-    from pipeline.config import load_config
+    from core.config import load_config
     from schemas.waku_message_pb2 import WakuMessage
 
     topic = f"test.bridge.bp.{uuid.uuid4().hex[:8]}"

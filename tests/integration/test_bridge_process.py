@@ -14,21 +14,16 @@ import uuid
 import pytest
 import trio
 
-from ingest.process import REPO_ROOT, start_bridge, start_publisher
+from tools.processes import REPO_ROOT, start_bridge, start_publisher
 from ingest.publisher import Publisher
 
 pytestmark = pytest.mark.integration
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
+    from core.kafka import ensure_topics
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(name, partitions, 1)])
-    finally:
-        admin.close()
+    ensure_topics(bootstrap, {name: partitions})
 
 
 def count_records(bootstrap: str, topic: str) -> int:

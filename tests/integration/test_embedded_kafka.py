@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.embedded_kafka import DEFAULT_JAR_DIR, EmbeddedKafka, EmbeddedKafkaError, port_in_use
+from tools.embedded_kafka import DEFAULT_JAR_DIR, EmbeddedKafka, EmbeddedKafkaError, port_in_use
 
 pytestmark = pytest.mark.integration
 
@@ -173,7 +173,7 @@ def test_cli_port_in_use_exits_2(tmp_path: Path) -> None:
         holder.listen()
         taken = holder.getsockname()[1]
         res = subprocess.run(
-            [sys.executable, "-m", "pipeline.embedded_kafka", "start", "--port", str(taken),
+            [sys.executable, "-m", "tools.embedded_kafka", "start", "--port", str(taken),
              "--controller-port", str(free_port()), "--data-dir", str(tmp_path / "kafka")],
             cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
         )

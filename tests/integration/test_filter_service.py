@@ -21,7 +21,7 @@ from ingest.node import Bridge
 from ingest.publisher import Publisher
 from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC
 from ingest.settings import BridgeSettings
-from pipeline.config import Config, load_config
+from core.config import Config, load_config
 from schemas.waku_message_pb2 import WakuMessage
 
 pytestmark = pytest.mark.integration
@@ -98,8 +98,9 @@ def wait_until(predicate, timeout: float = 60.0, what: str = "condition") -> Non
 
 @pytest.fixture(scope="module")
 def env(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[dict]:
-    from pipeline.filter_match import start_filter_query
-    from pipeline.subscriptions import SubscriptionsJob
+    from pipeline.filter.matching import start_filter_query
+    from pipeline.filter.settings import FilterJobSettings, SubscriptionsJobSettings
+    from pipeline.filter.subscriptions import SubscriptionsJob
     from tests.integration.test_bridge import create_topic
 
     root = tmp_path_factory.mktemp("filter")
@@ -145,9 +146,9 @@ def env(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[dict]:
         await nursery.start(keep_publisher)
 
     net.start(setup)
-    subs_job = SubscriptionsJob(spark, cfg_a, query_name=f"filter_test_subs_{tag}")
+    subs_job = SubscriptionsJob(spark, SubscriptionsJobSettings.from_config(cfg_a), query_name=f"filter_test_subs_{tag}")
     subs_job.start()
-    filter_query = start_filter_query(spark, cfg_a, query_name=f"filter_test_filter_{tag}")
+    filter_query = start_filter_query(spark, FilterJobSettings.from_config(cfg_a), query_name=f"filter_test_filter_{tag}")
     # "latest" offsets are fixed at the first batch: wait for it before publishing.
     wait_until(lambda: filter_query.lastProgress is not None, 120, "the filter query's first batch")
     try:
@@ -307,7 +308,7 @@ def test_legacy_v00_client_receives_filter_rpc_pushes(env):
 
 
 def test_filter_job_joins_by_broadcast_for_a_small_table(env):
-    from pipeline.filter_match import join_strategy
+    from pipeline.filter.matching import join_strategy
 
     # A few criteria (far below spark.sql.autoBroadcastJoinThreshold): Spark broadcasts them.
     assert join_strategy(env["filter"]) == "BroadcastHashJoin"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import load_config
+from core.config import load_config
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
 
@@ -29,10 +29,11 @@ def table(spark, path: str) -> dict:
 
 
 def test_subscriptions_merge_in_peer_order_idempotent_and_expiring(spark, tmp_path):
-    from pipeline.subscriptions import apply_batch, ensure_subscriptions_table, expire
+    from core.settings import WarehouseSettings
+    from pipeline.filter.subscriptions import apply_batch, ensure_subscriptions_table, expire
 
     cfg = load_config([f"warehouse.root={tmp_path}"], environ={})
-    path = ensure_subscriptions_table(spark, cfg)
+    path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(cfg))
     S, U, ALL, EXP, REF = pr.SUBSCRIBE, pr.UNSUBSCRIBE, pr.UNSUBSCRIBE_ALL, pr.EXPIRE, pr.REFRESH
     batch1 = kafka_rows(spark, [
         ev("p1", S, ["a", "b", "c"], 100), ev("p1", U, ["b"], 101), ev("p1", S, ["b"], 102, rid="r2"),
@@ -65,7 +66,7 @@ def test_subscriptions_merge_in_peer_order_idempotent_and_expiring(spark, tmp_pa
 def test_push_encoder_copies_the_message_bytes(spark):
     from pyspark.sql import functions as F
 
-    from pipeline.filter_match import register_push_encoder
+    from pipeline.filter.matching import register_push_encoder
 
     msg = WakuMessage(payload=b"\x00hello", content_topic="/t/1/x/proto", timestamp=123, ephemeral=True)
     rec = pr.IngestRecord(pubsub_topic=PT, message=msg, received_time=1.5, source=pr.RELAY, bridge_id="B")

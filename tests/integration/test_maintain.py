@@ -7,12 +7,14 @@ import time
 
 import pytest
 
-from pipeline.config import load_config
-from pipeline.loadgen import LoadGenerator, LoadProfile, produce
-from pipeline.maintenance import apply_retention, compact, vacuum
-from pipeline.store_job import start_store_query
-from pipeline.store_tables import ensure_store_tables
-from pipeline.store_writer import write_batch
+from core.config import load_config
+from tools.loadgen import LoadGenerator, LoadProfile, produce
+from pipeline.store.maintenance import apply_retention, compact, vacuum
+from pipeline.store.job import start_store_query
+from pipeline.store.tables import ensure_store_tables
+from pipeline.store.writer import write_batch
+from pipeline.store.settings import MaintainSettings, StoreJobSettings
+from core.settings import WarehouseSettings
 
 from .test_store_job import assert_store_matches, job_config, new_topic, run_available_now
 
@@ -29,38 +31,38 @@ def kafka_like(spark, records):
 def test_retention_by_age_and_capacity(spark, tmp_path):
     cfg = load_config([f"warehouse.root={tmp_path}/wh", "store.retention_days=2",
                        "limits.max_clock_skew_s=1e9"])
-    ensure_store_tables(spark, cfg)
+    ensure_store_tables(spark, WarehouseSettings.from_config(cfg))
     now = time.time()
     gen = LoadGenerator(LoadProfile(duplicate_share=0, ephemeral_share=0, invalid_share=0, seed=3))
     ages = [5 * DAY, 3 * DAY, 1.5 * DAY, 0.5 * DAY, 60.0]
     for i, age in enumerate(ages):
-        write_batch(kafka_like(spark, [gen.next(now - age + j) for j in range(50)]), i, cfg, "q")
+        write_batch(kafka_like(spark, [gen.next(now - age + j) for j in range(50)]), i, StoreJobSettings.from_config(cfg), "q")
     table = lambda: spark.read.format("delta").load(cfg.table_path("messages"))  # noqa: E731
     assert table().count() == 250
-    report = apply_retention(spark, cfg, now=now)
+    report = apply_retention(spark, MaintainSettings.from_config(cfg), now=now)
     assert report.deleted_by_age == 100
     assert table().where(f"received_time < {now - 2 * DAY}").count() == 0
     assert table().count() == 150
     capped = load_config([f"warehouse.root={tmp_path}/wh", "store.retention_max_messages=60"])
-    report = apply_retention(spark, capped, now=now)
+    report = apply_retention(spark, MaintainSettings.from_config(capped), now=now)
     assert report.deleted_by_capacity == 90
     kept = table().select("received_time").collect()
     assert len(kept) == 60 and min(r.received_time for r in kept) > now - DAY  # the newest stay
     # Ties at the edge go together: "at most" the limit is kept.
-    assert apply_retention(spark, load_config([f"warehouse.root={tmp_path}/wh",
-                                                "store.retention_max_messages=59"]), now=now).deleted_by_capacity == 1
+    assert apply_retention(spark, MaintainSettings.from_config(load_config([f"warehouse.root={tmp_path}/wh",
+                                                "store.retention_max_messages=59"])), now=now).deleted_by_capacity == 1
 
 
 def test_compaction_keeps_content_and_order_and_vacuum_runs(spark, tmp_path):
     cfg = load_config([f"warehouse.root={tmp_path}/wh", "store.vacuum_retain_hours=0",
                        "store.optimize_target_file_bytes=60000"])
-    ensure_store_tables(spark, cfg)
+    ensure_store_tables(spark, WarehouseSettings.from_config(cfg))
     gen = LoadGenerator(LoadProfile(duplicate_share=0, ephemeral_share=0, invalid_share=0, seed=4,
                                     payload_bytes=1024))
     for i in range(6):
-        write_batch(kafka_like(spark, gen.batch(40)), i, cfg, "q")
+        write_batch(kafka_like(spark, gen.batch(40)), i, StoreJobSettings.from_config(cfg), "q")
     before = sorted(bytes(r.message_hash) for r in spark.read.format("delta").load(cfg.table_path("messages")).collect())
-    report = compact(spark, cfg)
+    report = compact(spark, MaintainSettings.from_config(cfg))
     assert 1 < report.files_after < report.files_before
     # Compacted files cover disjoint received_time ranges (what cursor reads rely on).
     import pyarrow as pa
@@ -71,7 +73,7 @@ def test_compaction_keeps_content_and_order_and_vacuum_runs(spark, tmp_path):
     assert all(hi <= next_lo for (_, hi), (next_lo, _) in zip(ranges, ranges[1:]))
     after = sorted(bytes(r.message_hash) for r in spark.read.format("delta").load(cfg.table_path("messages")).collect())
     assert after == before
-    assert vacuum(spark, cfg).vacuumed
+    assert vacuum(spark, MaintainSettings.from_config(cfg)).vacuumed
     assert sorted(bytes(r.message_hash) for r in spark.read.format("delta").load(cfg.table_path("messages")).collect()) == before
 
 
@@ -80,15 +82,15 @@ def test_maintenance_while_the_store_job_writes(spark, kafka, tmp_path):
     gen = LoadGenerator(LoadProfile(content_topics=30, seed=21))
     cfg = job_config(kafka, topic, tmp_path, **{"store.max_offsets_per_trigger": 400})
     produce(kafka, topic, gen.batch(800))
-    query = start_store_query(spark, cfg)
+    query = start_store_query(spark, StoreJobSettings.from_config(cfg))
     try:
         deadline = time.time() + 120
         while time.time() < deadline and not (tmp_path / "wh" / "messages" / "_delta_log").exists():
             time.sleep(0.5)
         for _ in range(2):
             produce(kafka, topic, gen.batch(400))
-            compact(spark, cfg)
-            apply_retention(spark, cfg)  # 2 days: deletes nothing here, but commits race appends
+            compact(spark, MaintainSettings.from_config(cfg))
+            apply_retention(spark, MaintainSettings.from_config(cfg))  # 2 days: deletes nothing here, but commits race appends
     finally:
         query.stop()
     run_available_now(spark, cfg)
@@ -96,12 +98,12 @@ def test_maintenance_while_the_store_job_writes(spark, kafka, tmp_path):
 
 
 def test_audit_with_great_expectations(spark, tmp_path):
-    from pipeline.validation import Limits, audit
+    from pipeline.store.validation import Limits, audit
 
     cfg = load_config([f"warehouse.root={tmp_path}/wh"])
-    ensure_store_tables(spark, cfg)
+    ensure_store_tables(spark, WarehouseSettings.from_config(cfg))
     gen = LoadGenerator(LoadProfile(seed=8))
-    write_batch(kafka_like(spark, gen.batch(200)), 0, cfg, "q")
+    write_batch(kafka_like(spark, gen.batch(200)), 0, StoreJobSettings.from_config(cfg), "q")
     table = spark.read.format("delta").load(cfg.table_path("messages"))
     assert audit(table, Limits.from_config(cfg)) == {"success": True, "failures": {}}
     # A table that bypassed the store job: a duplicated hash and an empty content topic.

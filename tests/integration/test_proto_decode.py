@@ -1,4 +1,4 @@
-"""ProtoDecode (jvm/) + pipeline.protobuf: protobuf bytes decoded in the JVM round-trip exactly."""
+"""ProtoDecode (jvm/) + pipeline.spark.protobuf: protobuf bytes decoded in the JVM round-trip exactly."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import struct
 import pytest
 from pyspark.sql import types as T
 
-from pipeline.protobuf import from_protobuf, register, spark_schema, udf_name
+from pipeline.spark.protobuf import from_protobuf, register, spark_schema, udf_name
 from schemas import pipeline_records_pb2 as pr
 from schemas import waku_message_pb2 as wm
 

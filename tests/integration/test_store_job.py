@@ -8,11 +8,12 @@ import time
 import uuid
 
 import pytest
-from kafka.admin import KafkaAdminClient, NewTopic
+from core.kafka import ensure_topics
 
-from pipeline.config import load_config
-from pipeline.loadgen import LoadGenerator, LoadProfile, produce
-from pipeline.store_job import start_store_query
+from core.config import load_config
+from tools.loadgen import LoadGenerator, LoadProfile, produce
+from pipeline.store.job import start_store_query
+from pipeline.store.settings import StoreJobSettings
 from schemas import pipeline_records_pb2 as pr
 
 pytestmark = pytest.mark.integration
@@ -20,9 +21,7 @@ pytestmark = pytest.mark.integration
 
 def new_topic(bootstrap: str, partitions: int = 3) -> str:
     topic = f"waku.messages.{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    admin.close()
+    ensure_topics(bootstrap, {topic: partitions})
     return topic
 
 
@@ -35,7 +34,7 @@ def job_config(kafka: str, topic: str, tmp_path, **extra):
 
 
 def run_available_now(spark, cfg) -> None:
-    q = start_store_query(spark, cfg, available_now=True)
+    q = start_store_query(spark, StoreJobSettings.from_config(cfg), available_now=True)
     q.awaitTermination(600)
     assert q.exception() is None, q.exception()
 
@@ -100,7 +99,7 @@ def test_stop_at_random_point_restart_and_reproduce_slice(spark, kafka, tmp_path
     records = gen.batch(4000)
     produce(kafka, topic, records)
     cfg = job_config(kafka, topic, tmp_path, **{"store.max_offsets_per_trigger": 1500})
-    q = start_store_query(spark, cfg)
+    q = start_store_query(spark, StoreJobSettings.from_config(cfg))
     time.sleep(rng.uniform(1.0, 20.0))  # stop somewhere mid-stream, possibly mid-batch
     q.stop()
     run_available_now(spark, cfg)  # restart on the same checkpoint, catch up

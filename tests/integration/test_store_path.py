@@ -12,9 +12,12 @@ import pytest
 from kafka import KafkaProducer
 from pyspark.sql import functions as F
 
-from pipeline.config import REPO_ROOT, load_config
-from pipeline.hashing import message_hash, message_hash_col, store_digest, store_digest_col
-from pipeline.store_job import start_store_query
+from core.config import REPO_ROOT, load_config
+from core.kafka import ensure_topics
+from core.message import message_hash, store_digest
+from pipeline.spark.columns import message_hash_col, store_digest_col
+from pipeline.store.job import start_store_query
+from pipeline.store.settings import StoreJobSettings
 from schemas import pipeline_records_pb2 as pr
 from schemas import waku_message_pb2 as wm
 
@@ -68,11 +71,7 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 def test_kafka_source_decode_delta_read_back(spark, kafka, config, tmp_path):
     topic = f"waku.messages.{uuid.uuid4().hex[:8]}"
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=kafka)
-    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
-    admin.close()
+    ensure_topics(kafka, {topic: 2})
 
     rng = random.Random(11)
     expected = {}
@@ -98,7 +97,7 @@ def test_kafka_source_decode_delta_read_back(spark, kafka, config, tmp_path):
         "warehouse.checkpoints": str(tmp_path / "cp"),
         "topics.messages": topic,
     }.items()])
-    query = start_store_query(spark, cfg, available_now=True)
+    query = start_store_query(spark, StoreJobSettings.from_config(cfg), available_now=True)
     query.awaitTermination(300)
     assert query.exception() is None
 
@@ -121,7 +120,7 @@ def test_kafka_source_decode_delta_read_back(spark, kafka, config, tmp_path):
     assert quarantined[0].kafka_offset is not None
 
     # Re-running the query on the same checkpoint adds nothing (offsets are committed).
-    again = start_store_query(spark, cfg, available_now=True)
+    again = start_store_query(spark, StoreJobSettings.from_config(cfg), available_now=True)
     again.awaitTermination(300)
     assert spark.read.format("delta").load(cfg.table_path("messages")).count() == len(expected)
 
@@ -129,11 +128,7 @@ def test_kafka_source_decode_delta_read_back(spark, kafka, config, tmp_path):
 def test_spark_submit_runs_the_store_job(kafka, config, tmp_path):
     """./spark-submit.sh store --available-now on the cached jars, no download."""
     topic = f"waku.messages.{uuid.uuid4().hex[:8]}"
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=kafka)
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
-    admin.close()
+    ensure_topics(kafka, {topic: 1})
     msgs = [wm.WakuMessage(payload=bytes([i]), content_topic="/app/1/x/proto") for i in range(5)]
     produce(kafka, topic, [ingest_record("/waku/2/rs/0/0", m, 1_700_000_000.25 + i) for i, m in enumerate(msgs)])
     sets = {

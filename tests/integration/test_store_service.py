@@ -17,10 +17,11 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 
 from ingest.host import build_host, listen_addrs
 from ingest.store.client import StoreClient
-from ingest.store.codec import frame, uvarint
+from ingest.framing import frame, uvarint
 from ingest.store.server import StoreServer, StoreServiceSettings
-from pipeline.store_query import MIN_DIGEST, Index, StoreQuery, history_page
-from pipeline.store_reader import ReaderSettings, StoreReader
+from core.store_page import MIN_DIGEST, Index, StoreQuery
+from pipeline.store.query import history_page
+from ingest.store.reader import ReaderSettings, StoreReader
 from schemas import store_beta2_pb2 as pb
 from tests.unit.test_store_query import (
     BASE_T,
@@ -170,7 +171,7 @@ def test_bridge_serves_store(tmp_path, kafka, config):
     from ingest.metrics import BridgeMetrics
     from ingest.node import Bridge
     from ingest.settings import BridgeSettings
-    from pipeline.config import load_config
+    from core.config import load_config
 
     warehouse = tmp_path / "warehouse"
     rows = [make_row(BASE_T + i, PUBSUB[0], CONTENT[i % 2], b"m%d" % i, i) for i in range(30)]
@@ -209,7 +210,7 @@ def test_bridge_serves_store(tmp_path, kafka, config):
 
 
 def test_cli_local_and_remote(table):
-    from pipeline.store_cli import main
+    from ingest.store.cli import main
 
     path, rows = table
     t0 = BASE_T + 86_400 + 3

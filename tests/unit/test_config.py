@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from pipeline.config import REPO_ROOT, ConfigError, load_config
+from core.config import REPO_ROOT, ConfigError, load_config
 
 
 def test_defaults_use_embedded_kafka():

@@ -1,13 +1,19 @@
-"""The bridge's subscription view and the filter codec: limits, status codes, TTL, dedup."""
+"""The bridge's subscription view, the pure request core and the filter codec: limits, status
+codes, TTL, dedup."""
 from __future__ import annotations
 
 import pytest
 
-from ingest.filter.codec import frame, status_desc
+from core.config import ConfigError, load_config
+from ingest.filter import protocol
+from ingest.filter.codec import status_desc
 from ingest.filter.pusher import Dedup
 from ingest.filter.settings import FilterSettings
-from ingest.filter.state import FilterLimits, SubscriptionView
-from pipeline.config import ConfigError, load_config
+from ingest.filter.state import Change, FilterLimits, SubscriptionView
+from ingest.framing import frame
+from schemas import filter_v00_pb2 as f00
+from schemas import filter_v2_pb2 as fv2
+from schemas import pipeline_records_pb2 as pr
 
 PT = "/waku/2/default-waku/proto"
 
@@ -99,3 +105,56 @@ def test_settings_from_config():
         FilterSettings.from_config(load_config(["filter.max_peers=0"], environ={}))
     with pytest.raises(ConfigError, match="filter.subscription_ttl_s"):
         FilterSettings.from_config(load_config(["filter.subscription_ttl_s=0"], environ={}))
+
+
+def _v2(kind, topic=PT, cts=("a",), rid="r"):
+    req = fv2.FilterSubscribeRequest(request_id=rid, filter_subscribe_type=kind, content_topics=list(cts))
+    if topic is not None:
+        req.pubsub_topic = topic
+    return protocol.from_v2(req)
+
+
+def test_handle_is_pure_and_events_drive_the_view():
+    Req = fv2.FilterSubscribeRequest
+    v = view(max_content_topics_per_request=2)
+    ping = _v2(Req.SUBSCRIBER_PING, None, ())
+    assert protocol.handle("p", ping, v) == protocol.Response(404, "peer has no subscriptions")
+    sub = _v2(Req.SUBSCRIBE, cts=("a", "b"))
+    r = protocol.handle("p", sub, v)
+    assert (r.code, r.events) == (200, (Change(pr.SUBSCRIBE, PT, ("a", "b"), "r", "v2"),))
+    assert not v.has("p")  # handle() changed nothing
+    for change in r.events:
+        v.apply("p", change, 5.0)
+    assert v.wanted("p", PT, "b").request_id == "r" and v.peers["p"].refreshed == 5.0
+    assert protocol.handle("p", ping, v).events == (Change(pr.REFRESH),)
+    assert protocol.handle("p", _v2(Req.SUBSCRIBE, cts=("a", "b", "c")), v).code == 400
+    assert protocol.handle("p", _v2(Req.SUBSCRIBE, topic=None), v).code == 400
+    assert protocol.handle("p", _v2(Req.UNSUBSCRIBE, cts=("zzz",)), v).code == 404
+    unsub = protocol.handle("p", _v2(Req.UNSUBSCRIBE, cts=("a",)), v)
+    assert unsub.events == (Change(pr.UNSUBSCRIBE, PT, ("a",), "r", "v2"),)
+    v.apply("p", unsub.events[0], 6.0)
+    everything = protocol.handle("p", _v2(Req.UNSUBSCRIBE_ALL, None, ()), v)
+    assert everything.events[0].op == pr.UNSUBSCRIBE_ALL
+    v.apply("p", everything.events[0], 7.0)
+    assert not v.has("p")
+    assert protocol.handle("p", _v2(Req.UNSUBSCRIBE_ALL, None, ()), v).code == 404
+    unknown = protocol.handle("p", _v2(99), v)
+    assert unknown.code == 400 and "99" in unknown.detail and unknown.events == ()
+
+
+def test_v00_and_v2_share_one_core():
+    v = view()
+    shapes = [
+        [f00.FilterRequest.ContentFilter(contentTopics=["a"]), f00.FilterRequest.ContentFilter(contentTopics=["b", "a"])],
+        [f00.FilterRequest.ContentFilter(contentTopics=["a", "b"])],
+    ]
+    for filters in shapes:
+        rpc = f00.FilterRPC(requestId="x", request=f00.FilterRequest(subscribe=True, topic="", contentFilters=filters))
+        req = protocol.from_v00(rpc, PT)
+        assert req == protocol.FilterRequest(protocol.SUBSCRIBE, PT, ("a", "b"), "x", "v00")
+        assert req.label == "v00_subscribe"
+        r = protocol.handle("p", req, v)
+        assert r.events == (Change(pr.SUBSCRIBE, PT, ("a", "b"), "x", "v00"),)
+    unsub = f00.FilterRPC(requestId="y", request=f00.FilterRequest(
+        subscribe=False, topic="/t", contentFilters=shapes[1]))
+    assert protocol.handle("p", protocol.from_v00(unsub, PT), v).code == 404

@@ -3,7 +3,7 @@ import hashlib
 
 import pytest
 
-from pipeline.hashing import message_hash, store_digest
+from core.message import message_hash, store_digest
 
 PUBSUB = "/waku/2/default-waku/proto"
 CONTENT = "/waku/2/default-content/proto"

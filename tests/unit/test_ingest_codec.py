@@ -9,7 +9,7 @@ import pytest
 from libp2p.pubsub.pb import rpc_pb2
 
 from ingest.identity import IdentityError, load_or_create_key, peer_id_of
-from ingest.node import ingest_key, ingest_value
+from core.records import ingest_key, ingest_value
 from ingest.relay.codec import (
     DEFAULT_PUBSUB_TOPIC,
     Limits,
@@ -20,8 +20,8 @@ from ingest.relay.codec import (
 )
 from ingest.relay.validator import WakuMessageValidator
 from ingest.settings import BridgeSettings
-from pipeline.config import ConfigError, load_config
-from pipeline.hashing import message_hash
+from core.config import ConfigError, load_config
+from core.message import message_hash
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
 

@@ -18,6 +18,7 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.rpc_queue import PriorityQueue, RpcQueue
 
+from ingest.framing import FrameError, FrameReader
 from ingest.host import build_host, listen_addrs
 from ingest.relay import gossipsub as relay
 from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC, RELAY_CODEC, RELAY_CODEC_BETA2, relay_message_id
@@ -28,7 +29,6 @@ from ingest.relay.gossipsub import (
     RelayPubsub,
     WakuRelayRouter,
     SeenCache,
-    _FrameReader,
 )
 
 # sha256 (first 16 hex digits) of inspect.getsource() of each method in libp2p==0.8.1.
@@ -187,7 +187,7 @@ def test_frame_reader_splits_and_joins_frames():
     stream = _FakeStream(chunks)
 
     async def main():
-        reader = _FrameReader(stream, 1 << 20)
+        reader = FrameReader(stream, 1 << 20)
         return [await reader.read_frame() for _ in frames]
 
     assert trio.run(main) == frames
@@ -195,14 +195,12 @@ def test_frame_reader_splits_and_joins_frames():
 
 
 def test_frame_reader_limits_frame_size():
-    from libp2p.io.exceptions import MessageTooLarge
-
     stream = _FakeStream([_frame(b"x" * 2000)])
 
     async def main():
-        await _FrameReader(stream, 1000).read_frame()
+        await FrameReader(stream, 1000).read_frame()
 
-    with pytest.raises(MessageTooLarge):
+    with pytest.raises(FrameError):
         trio.run(main)
 
 

@@ -1,4 +1,4 @@
-"""Store 2.0.0-beta2 paging: the online reader (pipeline/store_reader.py over a Delta table
+"""Store 2.0.0-beta2 paging: the online reader (ingest/store/reader.py over a Delta table
 written with deltalake) against a plain-Python oracle on random tables.
 
 Random tables have ties on received_time, equal digests on different pubsub topics (same
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.store_query import (
+from core.store_page import (
     MAX_DIGEST,
     MIN_DIGEST,
     Index,
@@ -32,7 +32,7 @@ from pipeline.store_query import (
     page_from_rows,
     page_size_of,
 )
-from pipeline.store_reader import MESSAGES_ARROW_SCHEMA, ReaderSettings, StoreReader, write_messages
+from ingest.store.reader import MESSAGES_ARROW_SCHEMA, ReaderSettings, StoreReader, write_messages
 
 PUBSUB = ("/waku/2/rs/1/0", "/waku/2/rs/1/1")
 CONTENT = ("/app/1/a/proto", "/app/1/b/proto", "/app/1/c/proto")
@@ -40,7 +40,7 @@ BASE_T = 1_790_000_000.0  # 2026-09-21; rows spread over two received_date parti
 PAGE_SIZES = (0, 1, 20, 100, 1000)
 
 
-# --- the oracle (plain Python, independent of pipeline.store_query) -------------------------
+# --- the oracle (plain Python, independent of core.store_page) -------------------------
 
 def oracle_pages(rows: list[dict], pubsub: str, contents: tuple[str, ...], forward: bool, page_size: int,
                  cursor: tuple[float, bytes] | None) -> list[tuple[list[tuple[float, bytes, str]], tuple | None]]:
@@ -183,7 +183,7 @@ def test_reader_pages_match_oracle(tmp_path, seed, n):
 
 @pytest.mark.parametrize("forward", [True, False])
 def test_plain_python_form_matches_oracle(forward):
-    from pipeline.store_query import StoredMessage
+    from core.store_page import StoredMessage
 
     rnd = random.Random(7)
     rows = random_rows(rnd, 120)
@@ -263,7 +263,7 @@ def test_reader_scan_budget_gives_partial_pages_that_continue(tmp_path):
 
 
 def test_reader_cached_only(tmp_path):
-    from pipeline.store_reader import NotCached
+    from ingest.store.reader import NotCached
 
     path = str(tmp_path / "t")
     rows = [make_row(BASE_T + i, PUBSUB[0], CONTENT[0], b"c%d" % i, i) for i in range(50)]
@@ -277,7 +277,7 @@ def test_reader_cached_only(tmp_path):
 
 
 def test_reader_preloads_newest_row_groups(tmp_path):
-    from pipeline.store_reader import NotCached
+    from ingest.store.reader import NotCached
 
     path = str(tmp_path / "t")
     rows = [make_row(BASE_T + i, PUBSUB[0], CONTENT[0], b"p%d" % i, i) for i in range(100)]

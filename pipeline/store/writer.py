@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pipeline.config import Config
-from pipeline.records import decode_ingest_records
-from pipeline.store_tables import JOB_METRICS_SCHEMA, MESSAGES_SCHEMA, QUARANTINE_SCHEMA
-from pipeline.validation import Limits, with_rejection_reason
+from pipeline.spark.records import decode_ingest_records
+from pipeline.store.tables import JOB_METRICS_SCHEMA, MESSAGES_SCHEMA, QUARANTINE_SCHEMA
+from pipeline.store.settings import StoreJobSettings
+from pipeline.store.validation import with_rejection_reason
 
 log = logging.getLogger("waku.store")
 
@@ -102,12 +102,12 @@ def first_copies(valid: DataFrame, existing_hashes: DataFrame) -> DataFrame:
     return valid.join(F.broadcast(winners), ["kafka_partition", "kafka_offset"], "left_semi")
 
 
-def write_batch(batch: DataFrame, batch_id: int, config: Config, query_id: str) -> BatchStats:
+def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings, query_id: str) -> BatchStats:
     """Process one micro-batch of waku.messages rows; returns what happened to its rows."""
     spark = batch.sparkSession
     began = time.monotonic()
-    limits = Limits.from_config(config)
-    checked = with_rejection_reason(decode_ingest_records(batch), limits)
+    tables = settings.warehouse
+    checked = with_rejection_reason(decode_ingest_records(batch), settings.limits)
     # Raw bytes are kept only for refused rows (quarantine); valid rows carry their decoded form.
     checked = checked.withColumn(
         "raw_value", F.when(F.col("reason").isNotNull(), F.col("raw_value"))).persist()
@@ -132,34 +132,35 @@ def write_batch(batch: DataFrame, batch_id: int, config: Config, query_id: str) 
 
         if stats.valid_rows:
             valid = checked.where(F.col("reason").isNull() & ~F.col("ephemeral"))
-            ranges = received_time_ranges(buckets, config.get("store.dedup_window_s"))
-            existing = (spark.read.format("delta").load(config.table_path("messages"))
+            ranges = received_time_ranges(buckets, settings.dedup_window_s)
+            existing = (spark.read.format("delta").load(tables.table_path("messages"))
                         .where(_in_ranges(F.col("received_time"), ranges))
                         .select("message_hash"))
             new = (first_copies(valid, existing)
                    .withColumn("received_date", _received_date(F.col("received_time"))))
-            files = max(1, math.ceil(stats.valid_rows / config.get("store.rows_per_file")))
+            files = max(1, math.ceil(stats.valid_rows / settings.rows_per_file))
             # Files cover disjoint received_time ranges, rows sorted by (received_time, digest).
             new = new.repartitionByRange(files, "received_time") if files > 1 else new.coalesce(1)
             new = new.sortWithinPartitions("received_time", "digest").select(*STORED_COLUMNS).persist()
             with stats.phase("dedupe"):
                 stats.stored_rows = new.count()
             with stats.phase("write_messages"):
-                new.write.format("delta").mode("append").save(config.table_path("messages"))
+                new.write.format("delta").mode("append").save(tables.table_path("messages"))
             new.unpersist()
         if stats.quarantined_rows:
             with stats.phase("write_quarantine"):
                 # A Kafka record is quarantined once, even when a reset checkpoint re-reads it.
                 coordinates = ["kafka_topic", "kafka_partition", "kafka_offset"]
-                recorded = (spark.read.format("delta").load(config.table_path("quarantine"))
+                recorded = (spark.read.format("delta").load(tables.table_path("quarantine"))
                             .select(*coordinates))
                 (checked.where(F.col("reason").isNotNull())
                  .join(recorded, coordinates, "left_anti")
                  .withColumn("quarantined_at", F.current_timestamp())
                  .select(*QUARANTINE_COLUMNS)
-                 .write.format("delta").mode("append").save(config.table_path("quarantine")))
+                 .write.format("delta").mode("append").save(tables.table_path("quarantine")))
         with stats.phase("write_metrics"):
-            write_metrics(spark, config, "store", query_id, batch_id, stats, time.monotonic() - began)
+            write_metrics(spark, tables.table_path("job_metrics"), "store", query_id, batch_id, stats,
+                          time.monotonic() - began)
         if stats.quarantined_rows:
             log.warning("batch %d: quarantined %d records: %s", batch_id, stats.quarantined_rows,
                         stats.rule_failures)
@@ -172,7 +173,7 @@ def write_batch(batch: DataFrame, batch_id: int, config: Config, query_id: str) 
         checked.unpersist()
 
 
-def write_metrics(spark, config: Config, job: str, query_id: str, batch_id: int, stats: BatchStats,
+def write_metrics(spark, path: str, job: str, query_id: str, batch_id: int, stats: BatchStats,
                   duration_s: float) -> None:
     """One row per micro-batch into Delta `job_metrics`."""
     import datetime as dt
@@ -181,4 +182,4 @@ def write_metrics(spark, config: Config, job: str, query_id: str, batch_id: int,
            stats.input_rows, stats.stored_rows, stats.duplicate_rows, stats.ephemeral_rows,
            stats.quarantined_rows, stats.rule_failures or {}, stats.phase_seconds, None)
     (spark.createDataFrame([row], JOB_METRICS_SCHEMA).write.format("delta").mode("append")
-     .save(config.table_path("job_metrics")))
+     .save(path))

@@ -6,7 +6,7 @@ another bridge), of ephemeral messages and of invalid records of every kind the 
 `generate` also returns the ground truth: which hashes the store must hold and which records
 quarantine must hold, with their reason.
 
-    python -m pipeline.loadgen --count 100000 [--rate 10000] [--payload-bytes 1024] [--set k=v]
+    python -m tools.loadgen --count 100000 [--rate 10000] [--payload-bytes 1024] [--set k=v]
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from pipeline.hashing import message_hash
+from core.message import message_hash
 from schemas import pipeline_records_pb2 as pr
 from schemas import waku_message_pb2 as wm
 
@@ -188,7 +188,7 @@ def paced(gen: LoadGenerator, rate: float, count: int) -> Iterator[Generated]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.config import ConfigError, add_config_arguments, config_from_args
+    from core.config import ConfigError, add_config_arguments, config_from_args
 
     parser = argparse.ArgumentParser(prog="waku-loadgen", description=__doc__.splitlines()[0])
     add_config_arguments(parser)

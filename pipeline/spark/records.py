@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeline.hashing import message_hash_col, store_digest_col
-from pipeline.protobuf import from_protobuf
+from pipeline.spark.columns import message_hash_col, store_digest_col
+from pipeline.spark.protobuf import from_protobuf
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipeline.config import Config, ConfigError
-from pipeline.kafka_io import kafka_options, read_topic_stream
-from pipeline.records import decode_ingest_records
-from pipeline.subscriptions import ensure_subscriptions_table
+from core.config import ConfigError
+from pipeline.filter.settings import FilterJobSettings
+from pipeline.spark.kafka_io import kafka_options, read_topic_stream
+from pipeline.spark.records import decode_ingest_records
+from pipeline.filter.subscriptions import ensure_subscriptions_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,10 +46,10 @@ def register_push_encoder(spark: "SparkSession") -> str:
     return PUSH_ENCODE_FN
 
 
-def live_subscriptions(spark: "SparkSession", config: Config) -> "DataFrame":
+def live_subscriptions(spark: "SparkSession", settings: FilterJobSettings) -> "DataFrame":
     """The static side: criteria refreshed within the TTL (evaluated at each batch's time)."""
-    path = ensure_subscriptions_table(spark, config)
-    ttl = float(config.get("filter.subscription_ttl_s"))
+    path = ensure_subscriptions_table(spark, settings.warehouse)
+    ttl = settings.ttl_s
     subs = spark.read.format("delta").load(path)
     return subs.where(F.col("last_refresh") >= F.unix_micros(F.current_timestamp()) / F.lit(1e6) - F.lit(ttl)).select(
         "pubsub_topic", "content_topic", "peer_id", "bridge_id", "protocol", "request_id")
@@ -71,37 +72,36 @@ def matches(messages: "DataFrame", subscriptions: "DataFrame", push_prefix: str,
     )
 
 
-def message_stream(spark: "SparkSession", config: Config) -> "DataFrame":
-    max_offsets = config.get("filter.max_offsets_per_trigger") or None
-    source = read_topic_stream(spark, config, config.get("topics.messages"),
-                               starting_offsets=config.get("filter.starting_offsets"),
-                               max_offsets_per_trigger=max_offsets)
+def message_stream(spark: "SparkSession", settings: FilterJobSettings) -> "DataFrame":
+    source = read_topic_stream(spark, settings.kafka, settings.messages_topic,
+                               starting_offsets=settings.starting_offsets,
+                               max_offsets_per_trigger=settings.max_offsets_per_trigger or None)
     msgs = decode_ingest_records(source)
     return msgs.where(F.col("decoded") & F.col("has_message") & F.col("content_topic").isNotNull()
                       & (F.col("content_topic") != "")).select(
         "pubsub_topic", "content_topic", "message_hash", "raw_value")
 
 
-def build_filter_stream(spark: "SparkSession", config: Config) -> "DataFrame":
-    return matches(message_stream(spark, config), live_subscriptions(spark, config),
-                   config.get("topics.push_prefix"), broadcast=config.get("filter.trigger") == "realtime")
+def build_filter_stream(spark: "SparkSession", settings: FilterJobSettings) -> "DataFrame":
+    return matches(message_stream(spark, settings), live_subscriptions(spark, settings),
+                   settings.push_prefix, broadcast=settings.trigger == "realtime")
 
 
-def start_filter_query(spark: "SparkSession", config: Config, query_name: str = "filter",
+def start_filter_query(spark: "SparkSession", settings: FilterJobSettings, query_name: str = "filter",
                        checkpoint: str | None = None) -> "StreamingQuery":
-    out = build_filter_stream(spark, config)
-    mode = config.get("filter.trigger")
-    writer = (out.writeStream.queryName(query_name).format("kafka").options(**kafka_options(config))
-              .option("checkpointLocation", checkpoint or config.checkpoint_path("filter")))
+    out = build_filter_stream(spark, settings)
+    mode = settings.trigger
+    writer = (out.writeStream.queryName(query_name).format("kafka").options(**kafka_options(settings.kafka))
+              .option("checkpointLocation", checkpoint or settings.warehouse.checkpoint_path("filter")))
     if mode == "microbatch":
-        writer = writer.outputMode("append").trigger(processingTime=f"{config.get('filter.trigger_seconds')} seconds")
+        writer = writer.outputMode("append").trigger(processingTime=f"{settings.trigger_seconds} seconds")
     elif mode == "realtime":
-        writer = writer.outputMode("update").trigger(realTime=config.get("filter.realtime_checkpoint_interval"))
+        writer = writer.outputMode("update").trigger(realTime=settings.realtime_checkpoint_interval)
     else:
         raise ConfigError(f"filter.trigger: expected microbatch or realtime, got {mode!r}")
     query = writer.start()
-    log.info("filter query started (%s): %s ⋈ %s -> %s<bridge_id>", mode, config.get("topics.messages"),
-             config.table_path("subscriptions"), config.get("topics.push_prefix"))
+    log.info("filter query started (%s): %s ⋈ %s -> %s<bridge_id>", mode, settings.messages_topic,
+             settings.warehouse.table_path("subscriptions"), settings.push_prefix)
     return query
 
 

@@ -17,7 +17,7 @@ the Delta `messages` table, without Spark.
   frontier (a position with no message), from which the next query continues. No query scans
   the whole table for one page.
 
-The page semantics are pipeline/store_query.py's (`finish_page`, `check_query`).
+The page semantics are core/store_page.py's (`finish_page`, `check_query`).
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.store_query import (
+from core.config import Config
+from core.store_page import (
     MAX_DIGEST,
     MIN_DIGEST,
     PAGE_COLUMNS,
@@ -45,12 +46,12 @@ from pipeline.store_query import (
     StoredMessage,
     StoreLimits,
     StoreQuery,
-    check_query,
     finish_page,
     page_size_of,
 )
+from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_STATS_COLUMNS
 
-log = logging.getLogger("pipeline.store_reader")
+log = logging.getLogger("ingest.store.reader")
 
 # Delta truncates string statistics to this many characters (a truncated max is then only a
 # prefix bound, compared conservatively).
@@ -68,7 +69,7 @@ class ReaderSettings:
     preload_mb: int = 0
 
     @classmethod
-    def from_config(cls, config: Any) -> "ReaderSettings":
+    def from_config(cls, config: Config) -> "ReaderSettings":
         s = config["store_service"]
         return cls(config.table_path("messages"), StoreLimits.from_config(config), s["max_scan_rows"],
                    s["refresh_interval_s"], s["cache_mb"], s["preload_mb"])
@@ -325,11 +326,10 @@ class StoreReader:
     # --- queries --------------------------------------------------------------------------
 
     def query(self, query: StoreQuery, cached_only: bool = False) -> Page:
-        """One page (an empty page for an unservable query: see check_query). cached_only:
-        raise NotCached instead of reading a footer or row group that is not in memory (the
-        server answers such queries inline, others in a worker thread)."""
-        if check_query(query, self.settings.limits):
-            return Page(forward=query.forward)
+        """One page of a query that passed check_query (the store protocol's plan() and the
+        CLI check it once, before asking). cached_only: raise NotCached instead of reading a
+        footer or row group that is not in memory (the server answers such queries inline,
+        others in a worker thread)."""
         snap = self.snapshot
         if snap is None:
             snap_version = self.refresh()
@@ -459,36 +459,13 @@ class StoreReader:
         return page
 
 
-def open_reader(config: Any, follow: bool = True) -> StoreReader:
-    reader = StoreReader(ReaderSettings.from_config(config))
-    if follow:
-        reader.follow()
-    else:
-        reader.refresh()
-    return reader
+_ARROW_TYPES = {"double": pa.float64(), "binary": pa.binary(), "string": pa.string(), "long": pa.int64(),
+                "int": pa.int32(), "timestamp": pa.timestamp("us", tz="UTC")}
 
-
-# The Arrow form of pipeline.store_tables.MESSAGES_SCHEMA, to write test and benchmark tables
-# straight into Delta with `deltalake` (no Spark).
-MESSAGES_ARROW_SCHEMA = pa.schema([
-    pa.field("received_time", pa.float64(), False),
-    pa.field("digest", pa.binary(), False),
-    pa.field("message_hash", pa.binary(), False),
-    pa.field("pubsub_topic", pa.string(), False),
-    pa.field("content_topic", pa.string(), False),
-    pa.field("payload", pa.binary()),
-    pa.field("version", pa.int64()),
-    pa.field("timestamp", pa.int64()),
-    pa.field("meta", pa.binary()),
-    pa.field("rate_limit_proof", pa.binary()),
-    pa.field("source", pa.string()),
-    pa.field("bridge_id", pa.string()),
-    pa.field("kafka_topic", pa.string()),
-    pa.field("kafka_partition", pa.int32()),
-    pa.field("kafka_offset", pa.int64()),
-    pa.field("kafka_timestamp", pa.timestamp("us", tz="UTC")),
-    pa.field("received_date", pa.string(), False),
-])
+# The contract of core/tables.py as an Arrow schema, to write test and benchmark tables straight
+# into Delta with `deltalake` (no Spark).
+MESSAGES_ARROW_SCHEMA = pa.schema([pa.field(name, _ARROW_TYPES[kind], nullable)
+                                   for name, kind, nullable in MESSAGES_COLUMNS])
 
 
 def write_messages(path: str, rows: pa.Table, mode: str = "append", max_row_group_size: int = 16384) -> None:
@@ -496,8 +473,6 @@ def write_messages(path: str, rows: pa.Table, mode: str = "append", max_row_grou
     the store job's partitioning and statistics columns (tests, benchmarks)."""
     from deltalake import WriterProperties, write_deltalake
 
-    from pipeline.store_tables import MESSAGES_PROPERTIES
-
-    write_deltalake(path, rows.cast(MESSAGES_ARROW_SCHEMA), mode=mode, partition_by=["received_date"],
-                    configuration={"delta.dataSkippingStatsColumns": MESSAGES_PROPERTIES["delta.dataSkippingStatsColumns"]},
+    write_deltalake(path, rows.cast(MESSAGES_ARROW_SCHEMA), mode=mode, partition_by=list(MESSAGES_PARTITION_BY),
+                    configuration={"delta.dataSkippingStatsColumns": MESSAGES_STATS_COLUMNS},
                     writer_properties=WriterProperties(max_row_group_size=max_row_group_size))

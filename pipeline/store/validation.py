@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pipeline.config import Config
+from core.config import Config
 
 # The earliest receivedTime accepted: 2020-01-01 (Waku v2 did not exist before).
 MIN_RECEIVED_TIME = 1_577_836_800.0
@@ -24,10 +24,10 @@ MIN_RECEIVED_TIME = 1_577_836_800.0
 
 @dataclass(frozen=True)
 class Limits:
-    max_message_bytes: int
-    max_meta_bytes: int
-    max_clock_skew_s: float
-    max_future_received_s: float
+    max_message_bytes: int = 153_600
+    max_meta_bytes: int = 64
+    max_clock_skew_s: float = 20.0
+    max_future_received_s: float = 60.0
 
     @classmethod
     def from_config(cls, config: Config) -> "Limits":

@@ -27,11 +27,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from pipeline.config import Config
-from pipeline.kafka_io import read_topic_stream
-from pipeline.protobuf import from_protobuf
-from pipeline.records import SUBSCRIPTION_EVENT
-from pipeline.store_tables import ensure_table
+from core.settings import WarehouseSettings
+from pipeline.filter.settings import SubscriptionsJobSettings
+from pipeline.spark.kafka_io import read_topic_stream
+from pipeline.spark.protobuf import from_protobuf
+from pipeline.spark.records import SUBSCRIPTION_EVENT
+from pipeline.store.tables import ensure_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,8 +54,8 @@ SUBSCRIPTIONS_SCHEMA = T.StructType([
 RESET_OPS = ("UNSUBSCRIBE_ALL", "EXPIRE")
 
 
-def ensure_subscriptions_table(spark: "SparkSession", config: Config) -> str:
-    path = config.table_path("subscriptions")
+def ensure_subscriptions_table(spark: "SparkSession", warehouse: WarehouseSettings) -> str:
+    path = warehouse.table_path("subscriptions")
     ensure_table(spark, path, SUBSCRIPTIONS_SCHEMA, properties={"delta.appendOnly": "false"})
     return path
 
@@ -140,12 +141,13 @@ def expire(spark: "SparkSession", path: str, ttl_s: float, now: float | None = N
 class SubscriptionsJob:
     """The streaming query plus the driver-side expiry; `run()` blocks, `start()` does not."""
 
-    def __init__(self, spark: "SparkSession", config: Config, query_name: str = "subscriptions") -> None:
+    def __init__(self, spark: "SparkSession", settings: SubscriptionsJobSettings,
+                 query_name: str = "subscriptions") -> None:
         self.spark = spark
-        self.config = config
+        self.settings = settings
         self.query_name = query_name
-        self.path = ensure_subscriptions_table(spark, config)
-        self.ttl_s = float(config.get("filter.subscription_ttl_s"))
+        self.path = ensure_subscriptions_table(spark, settings.warehouse)
+        self.ttl_s = settings.ttl_s
         self.lock = threading.Lock()
         self.query: "StreamingQuery | None" = None
         self._stop = threading.Event()
@@ -163,7 +165,7 @@ class SubscriptionsJob:
             expire(self.spark, self.path, self.ttl_s)
 
     def _expire_loop(self) -> None:
-        interval = float(self.config.get("filter.expire_interval_s"))
+        interval = self.settings.expire_interval_s
         while not self._stop.wait(interval):
             try:
                 self.expire_now()
@@ -171,12 +173,12 @@ class SubscriptionsJob:
                 log.warning("expiry failed: %s", exc)
 
     def start(self) -> "StreamingQuery":
-        source = read_topic_stream(self.spark, self.config, self.config.get("topics.subscriptions"),
-                                   starting_offsets="earliest")
+        s = self.settings
+        source = read_topic_stream(self.spark, s.kafka, s.topic, starting_offsets="earliest")
         self.query = (source.writeStream.queryName(self.query_name)
-                      .option("checkpointLocation", self.config.checkpoint_path("subscriptions"))
+                      .option("checkpointLocation", s.warehouse.checkpoint_path("subscriptions"))
                       .foreachBatch(self._process)
-                      .trigger(processingTime=f"{self.config.get('filter.subscriptions_trigger_seconds')} seconds")
+                      .trigger(processingTime=f"{s.trigger_seconds} seconds")
                       .start())
         self._expirer = threading.Thread(target=self._expire_loop, name="subscriptions-expiry", daemon=True)
         self._expirer.start()

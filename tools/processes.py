@@ -1,4 +1,4 @@
-"""Start the bridge and the demo publisher as child processes (for `pipeline/local_run.py`, the
+"""Start the bridge and the demo publisher as child processes (for `tools/local_run.py`, the
 benchmarks and the tests).
 
     bridge = start_bridge(["kafka.bootstrap_servers=127.0.0.1:9092", "bridge.tcp_port=0"])

@@ -1,7 +1,7 @@
 """13/WAKU2-STORE 2.0.0-beta2 history queries over the Delta `messages` table: the one
-implementation of the paging semantics, used by the online reader (pipeline/store_reader.py),
-the libp2p store protocol (ingest/store/), the `waku-store` CLI and, as a DataFrame function,
-by Spark users.
+implementation of the paging semantics, used by the online reader (ingest/store/reader.py),
+the libp2p store protocol (ingest/store/), the `waku-store` CLI and the Spark DataFrame query
+(pipeline/store/query.py). Plain Python: no Spark, no libp2p.
 
 Semantics (../shared/DESIGN.md "Store 2.0.0-beta2 paging"):
 - a message's Index is (received_time, digest); the order is received_time, then digest as
@@ -16,8 +16,8 @@ Semantics (../shared/DESIGN.md "Store 2.0.0-beta2 paging"):
 
 A query that cannot be served (`check_query` gives a reason) gets an empty page.
 
-    from pipeline.store_query import StoreQuery, history_page
-    page = history_page(spark, config.table_path("messages"), StoreQuery(pubsub_topic="/waku/2/rs/1/0"))
+    from core.store_page import StoreQuery, page_from_rows
+    page = page_from_rows(rows, StoreQuery(pubsub_topic="/waku/2/rs/1/0", forward=False))
 """
 from __future__ import annotations
 
@@ -27,9 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
-    from pipeline.config import Config
+    from core.config import Config
 
 DIGEST_BYTES = 32
 # Page sizes from here on (no signed 64-bit integer) are refused rather than clamped.
@@ -178,50 +176,6 @@ def page_from_rows(rows: Iterable[StoredMessage], query: StoreQuery, limits: Sto
     hits = [m for m in rows if matches_topics(m.pubsub_topic, m.content_topic, query)
             and after_cursor(key_of(m), query)]
     return finish_page(hits, query, limits, len(rows))
-
-
-# --- Spark --------------------------------------------------------------------------------
-
-def history_page_df(messages: "DataFrame", query: StoreQuery, limits: StoreLimits = StoreLimits(),
-                    oldest_first: bool = True) -> "DataFrame":
-    """The page as a DataFrame (rows of `messages`, oldest first), for Spark users:
-
-        df = spark.read.format("delta").load(config.table_path("messages"))
-        history_page_df(df, StoreQuery(content_topics=("/app/1/chat/proto",), forward=False)).show()
-
-    An unservable query gives an empty DataFrame. The filters are plain column predicates, so
-    Delta skips files by the received_time and topic statistics."""
-    from pyspark.sql import functions as F
-
-    if check_query(query, limits):
-        return messages.limit(0)
-    df = messages
-    if query.pubsub_topic:
-        df = df.where(F.col("pubsub_topic") == query.pubsub_topic)
-    if query.content_topics:
-        df = df.where(F.col("content_topic").isin(list(query.content_topics)))
-    c = query.cursor
-    if c is not None:
-        t, d = F.lit(c.received_time), F.lit(bytearray(c.digest))
-        rt, dg = F.col("received_time"), F.col("digest")
-        if query.forward:
-            df = df.where((rt >= t) & ((rt > t) | (dg > d)))
-        else:
-            df = df.where((rt <= t) & ((rt < t) | (dg < d)))
-    n = page_size_of(query.page_size, limits)
-    if query.forward:
-        df = df.orderBy(F.col("received_time").asc(), F.col("digest").asc()).limit(n)
-    else:
-        df = df.orderBy(F.col("received_time").desc(), F.col("digest").desc()).limit(n)
-    return df.orderBy("received_time", "digest") if oldest_first else df
-
-
-def history_page(spark: "SparkSession", table_path: str, query: StoreQuery,
-                 limits: StoreLimits = StoreLimits()) -> Page:
-    """One page as a Page (collected), through Spark."""
-    df = spark.read.format("delta").load(table_path)
-    rows = history_page_df(df, query, limits, oldest_first=False).select(*PAGE_COLUMNS).collect()
-    return finish_page([StoredMessage.from_mapping(r.asDict()) for r in rows], query, limits)
 
 
 def history_pages(fetch, query: StoreQuery, max_pages: int | None = None):

@@ -23,10 +23,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TextIO
 
-from pipeline.config import ConfigError, add_config_arguments, config_from_args
-from pipeline.store_query import Index, Page, StoredMessage, StoreQuery, check_query
+from core.config import ConfigError, add_config_arguments, config_from_args
+from core.store_page import Index, Page, StoredMessage, StoreQuery, check_query
 
-log = logging.getLogger("pipeline.store_cli")
+log = logging.getLogger("ingest.store.cli")
 
 Fetch = Callable[[StoreQuery], Awaitable[Any]]  # -> Page or ingest.store.codec.RemotePage
 
@@ -237,7 +237,7 @@ async def run_query(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
             await drain(fetch)
     else:
-        from pipeline.store_reader import ReaderSettings, StoreReader
+        from ingest.store.reader import ReaderSettings, StoreReader
 
         config = config_from_args(args)
         settings = ReaderSettings.from_config(config)

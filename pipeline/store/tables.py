@@ -14,36 +14,15 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from pipeline.config import Config
+from core.settings import WarehouseSettings
+from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES
 
-MESSAGES_SCHEMA = T.StructType([
-    T.StructField("received_time", T.DoubleType(), False),
-    T.StructField("digest", T.BinaryType(), False),
-    T.StructField("message_hash", T.BinaryType(), False),
-    T.StructField("pubsub_topic", T.StringType(), False),
-    T.StructField("content_topic", T.StringType(), False),
-    T.StructField("payload", T.BinaryType(), True),
-    T.StructField("version", T.LongType(), True),
-    T.StructField("timestamp", T.LongType(), True),
-    T.StructField("meta", T.BinaryType(), True),
-    T.StructField("rate_limit_proof", T.BinaryType(), True),
-    T.StructField("source", T.StringType(), True),
-    T.StructField("bridge_id", T.StringType(), True),
-    T.StructField("kafka_topic", T.StringType(), True),
-    T.StructField("kafka_partition", T.IntegerType(), True),
-    T.StructField("kafka_offset", T.LongType(), True),
-    T.StructField("kafka_timestamp", T.TimestampType(), True),
-    T.StructField("received_date", T.StringType(), False),
-])
+_SPARK_TYPES = {"double": T.DoubleType(), "binary": T.BinaryType(), "string": T.StringType(),
+                "long": T.LongType(), "int": T.IntegerType(), "timestamp": T.TimestampType()}
 
-MESSAGES_PROPERTIES = {
-    # Stats only where queries filter: the cursor's received_time and the topics (Delta keeps
-    # no statistics for binary columns, so digest and hash cannot have any).
-    "delta.dataSkippingStatsColumns": "received_time,pubsub_topic,content_topic,timestamp",
-    "delta.checkpointInterval": "20",
-    "delta.logRetentionDuration": "interval 7 days",
-    "delta.deletedFileRetentionDuration": "interval 1 days",
-}
+# The contract of core/tables.py as a Spark schema.
+MESSAGES_SCHEMA = T.StructType([T.StructField(name, _SPARK_TYPES[kind], nullable)
+                                for name, kind, nullable in MESSAGES_COLUMNS])
 
 QUARANTINE_SCHEMA = T.StructType([
     T.StructField("reason", T.StringType(), False),
@@ -85,7 +64,8 @@ def ensure_table(spark: SparkSession, path: str, schema: T.StructType,
     builder.execute()
 
 
-def ensure_store_tables(spark: SparkSession, config: Config) -> None:
-    ensure_table(spark, config.table_path("messages"), MESSAGES_SCHEMA, ["received_date"], MESSAGES_PROPERTIES)
-    ensure_table(spark, config.table_path("quarantine"), QUARANTINE_SCHEMA)
-    ensure_table(spark, config.table_path("job_metrics"), JOB_METRICS_SCHEMA)
+def ensure_store_tables(spark: SparkSession, warehouse: WarehouseSettings) -> None:
+    ensure_table(spark, warehouse.table_path("messages"), MESSAGES_SCHEMA, list(MESSAGES_PARTITION_BY),
+                 MESSAGES_PROPERTIES)
+    ensure_table(spark, warehouse.table_path("quarantine"), QUARANTINE_SCHEMA)
+    ensure_table(spark, warehouse.table_path("job_metrics"), JOB_METRICS_SCHEMA)

@@ -8,7 +8,7 @@ its own process group, with all its state (storage, config, logs, pid file) unde
         ...  # use kafka.bootstrap_servers
 
 Storage is formatted only once, so topics and records survive a restart on the same data dir.
-Command line: ``python -m pipeline.embedded_kafka start|stop|status``.
+Command line: ``python -m tools.embedded_kafka start|stop|status``.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-log = logging.getLogger("pipeline.embedded_kafka")  # the same name under python -m
+log = logging.getLogger("tools.embedded_kafka")  # the same name under python -m
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = REPO_ROOT / "var" / "kafka"
@@ -140,7 +140,7 @@ def _log4j2_config(log_file: Path) -> str:
     """log4j2 properties: everything to a size-rolled file, nothing to the console."""
     return "\n".join(
         [
-            "# Written by pipeline/embedded_kafka.py at every start.",
+            "# Written by tools/embedded_kafka.py at every start.",
             "status = warn",
             "name = EmbeddedKafka",
             "appender.file.type = RollingFile",
@@ -199,7 +199,7 @@ class EmbeddedKafka:
 
     @classmethod
     def from_config(cls, config: Any) -> "EmbeddedKafka":
-        """Build from the project config (`pipeline.config.Config`, section `embedded_kafka`)."""
+        """Build from the project config (`core.config.Config`, section `embedded_kafka`)."""
         ek = config["embedded_kafka"]
         return cls(
             config.path("embedded_kafka.data_dir"),
@@ -278,7 +278,7 @@ class EmbeddedKafka:
     def _write_config(self) -> tuple[Path, Path]:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         server = self.data_dir / SERVER_PROPERTIES
-        lines = ["# Written by pipeline/embedded_kafka.py at every start; edits are overwritten."]
+        lines = ["# Written by tools/embedded_kafka.py at every start; edits are overwritten."]
         lines += [f"{k}={v}" for k, v in self.server_properties().items()]
         server.write_text("\n".join(lines) + "\n", encoding="utf-8")
         log4j = self.data_dir / LOG4J2_PROPERTIES
@@ -317,7 +317,7 @@ class EmbeddedKafka:
         if pid is not None and pid != os.getpid() and _is_kafka_process(pid):
             raise EmbeddedKafkaError(
                 f"a Kafka broker (pid {pid}) already runs on {self.data_dir}: stop it first "
-                f"(python -m pipeline.embedded_kafka stop --data-dir {self.data_dir})"
+                f"(python -m tools.embedded_kafka stop --data-dir {self.data_dir})"
             )
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -478,64 +478,13 @@ class EmbeddedKafka:
 
     def create_topics(self, topics: Mapping[str, int], timeout_s: float = 30.0) -> None:
         """Create topics (name -> partitions, replication 1); existing topics are left as they are."""
-        if not topics:
-            return
-        from kafka import KafkaAdminClient
-        from kafka.admin import NewTopic
-        from kafka.errors import KafkaError
+        from core.kafka import TopicError, ensure_topics
 
         try:
-            admin = KafkaAdminClient(
-                bootstrap_servers=self.bootstrap_servers, client_id="embedded-kafka-admin"
-            )
-        except KafkaError as exc:
-            raise EmbeddedKafkaError(f"cannot reach Kafka on {self.bootstrap_servers}: {exc}") from None
-        try:
-            existing = set(admin.list_topics())
-            new = [NewTopic(name, int(n), 1) for name, n in topics.items() if name not in existing]
-            if new:
-                resp = admin.create_topics(
-                    new, timeout_ms=int(timeout_s * 1000), raise_errors=False
-                )
-                for result in resp.get("topics", []):
-                    code = result.get("error_code", 0)
-                    if code not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS (a concurrent creator)
-                        raise EmbeddedKafkaError(
-                            f"cannot create topic {result.get('name')}: "
-                            f"{result.get('error_message') or f'error code {code}'}"
-                        )
-                log.info("created topics %s", ", ".join(f"{t.name}:{t.num_partitions}" for t in new))
-            self._wait_for_leaders(admin, topics, time.monotonic() + timeout_s)
-        except KafkaError as exc:
-            raise EmbeddedKafkaError(f"creating topics on {self.bootstrap_servers} failed: {exc}") from None
-        finally:
-            admin.close()
-
-    def _wait_for_leaders(self, admin: Any, topics: Mapping[str, int], deadline: float) -> None:
-        """Wait until every partition of `topics` has a leader, so producers can start at once."""
-        while True:
-            pending = []
-            for desc in admin.describe_topics(list(topics)):
-                name = desc.get("topic") or desc.get("name")
-                parts = desc.get("partitions") or []
-                if desc.get("error_code", 0) or not parts or any(_leader(p) < 0 for p in parts):
-                    pending.append(name)
-                elif len(parts) != topics.get(name, len(parts)):
-                    log.warning(
-                        "topic %s exists with %d partitions (asked for %d); left as it is",
-                        name, len(parts), topics[name],
-                    )
-            if not pending:
-                return
-            if time.monotonic() > deadline:
-                raise EmbeddedKafkaError(f"topics without a leader after creation: {', '.join(pending)}")
-            time.sleep(0.2)
-
-
-def _leader(partition: Mapping[str, Any]) -> int:
-    """The leader id in a describe_topics partition entry (key names differ across kafka-python)."""
-    leader = partition.get("leader_id", partition.get("leader"))
-    return -1 if leader is None else int(leader)
+            ensure_topics(self.bootstrap_servers, topics, replication=1, timeout_s=timeout_s,
+                          client_id="embedded-kafka-admin")
+        except TopicError as exc:
+            raise EmbeddedKafkaError(str(exc)) from None
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
@@ -589,7 +538,7 @@ def _parse_topic(item: str) -> tuple[str, int]:
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline.embedded_kafka",
+        prog="python -m tools.embedded_kafka",
         description="Run the embedded single-node Kafka (KRaft) broker.",
     )
     parser.add_argument("command", choices=("start", "stop", "status"))

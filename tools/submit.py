@@ -17,8 +17,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from pipeline.config import REPO_ROOT, ConfigError, load_config
-from pipeline.session import SPARK_DEFAULTS, SUBMITTED_ENV, master_defaults, spark_jars
+from core.config import REPO_ROOT, ConfigError, load_config
+from core.spark_conf import SPARK_DEFAULTS, SUBMITTED_ENV, SparkSettings, master_defaults
 
 JOBS_DIR = REPO_ROOT / "jobs"
 SPARK_VALUE_OPTIONS = {
@@ -69,11 +69,12 @@ def option_value(args: list[str], name: str) -> str | None:
 
 
 def python_zip() -> Path:
-    """The pipeline's Python packages, zipped for executors on a cluster."""
+    """The Spark side's Python packages (the jobs' library, the core, the generated schemas),
+    zipped for executors on a cluster."""
     target = REPO_ROOT / ".cache" / "waku-pipeline.zip"
     target.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
-        for package in ("pipeline", "schemas", "ingest"):
+        for package in ("pipeline", "core", "schemas"):
             for path in (REPO_ROOT / package).rglob("*"):
                 if path.is_file() and "__pycache__" not in path.parts:
                     zf.write(path, path.relative_to(REPO_ROOT))
@@ -92,16 +93,16 @@ def command(job: str, args: list[str]) -> list[str]:
         raise ConfigError(f"unknown job {job!r}; jobs: {', '.join(jobs())}")
     spark_args, job_args = split_args(args)
     overrides = [job_args[i + 1] for i, a in enumerate(job_args[:-1]) if a == "--set"]
-    config = load_config(overrides, option_value(job_args, "--config"))
+    spark = SparkSettings.from_config(load_config(overrides, option_value(job_args, "--config")))
     master = option_value(spark_args, "--master")
     cmd = [spark_submit_binary(), "--properties-file", str(SPARK_DEFAULTS)]
     if master is None:
-        master = config.get("spark.master")
+        master = spark.master
         cmd += ["--master", master]
-    cmd += ["--jars", ",".join(spark_jars(config))]
-    cmd += ["--conf", f"spark.sql.shuffle.partitions={config.get('spark.shuffle_partitions')}"]
+    cmd += ["--jars", ",".join(spark.jars())]
+    cmd += ["--conf", f"spark.sql.shuffle.partitions={spark.shuffle_partitions}"]
     cmd += ["--conf", "spark.log.level=WARN"]
-    for key, value in {**master_defaults(master), **config.spark_options()}.items():
+    for key, value in {**master_defaults(master), **spark.options}.items():
         cmd += ["--conf", f"{key}={value}"]
     if not master.startswith("local"):
         cmd += ["--py-files", str(python_zip())]

@@ -3,7 +3,7 @@ pipeline's topics, the store job through ./spark-submit.sh, the ingest bridge (w
 a small demo publisher that publishes over Waku relay to the bridge, printing what reaches the
 Delta store. Ctrl-C stops everything cleanly.
 
-    python -m pipeline.local_run [--duration SECONDS] [--demo-rate N] [--no-demo] [--set k=v]
+    python -m tools.local_run [--duration SECONDS] [--demo-rate N] [--no-demo] [--set k=v]
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.config import REPO_ROOT, Config, ConfigError, add_config_arguments, config_from_args
+from core.config import REPO_ROOT, Config, ConfigError, add_config_arguments, config_from_args
 
 log = logging.getLogger("waku.local_run")
 
@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
-    from ingest.process import start_bridge, start_publisher
-    from pipeline.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError
+    from tools.processes import start_bridge, start_publisher
+    from tools.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError
 
     broker = None
     jobs: dict[str, subprocess.Popen] = {}

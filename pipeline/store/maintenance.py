@@ -14,7 +14,7 @@ from typing import TypeVar
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.config import Config
+from pipeline.store.settings import MaintainSettings
 
 log = logging.getLogger("waku.maintain")
 T = TypeVar("T")
@@ -60,19 +60,19 @@ def _delete(spark: SparkSession, path: str, condition) -> int:
     return before
 
 
-def apply_retention(spark: SparkSession, config: Config, now: float | None = None,
+def apply_retention(spark: SparkSession, settings: MaintainSettings, now: float | None = None,
                     report: MaintenanceReport | None = None) -> MaintenanceReport:
     """Delete messages older than store.retention_days, then (if store.retention_max_messages
     is set) the oldest beyond that many; quarantine follows the same age limit."""
     report = report or MaintenanceReport()
     now = time.time() if now is None else now
-    cutoff = now - config.get("store.retention_days") * 86400.0
-    messages = config.table_path("messages")
+    cutoff = now - settings.retention_days * 86400.0
+    messages = settings.warehouse.table_path("messages")
     # received_date lets Delta drop whole days without reading them.
     cutoff_date = time.strftime("%Y-%m-%d", time.gmtime(cutoff))
     by_age = (F.col("received_date") < F.lit(cutoff_date)) | (F.col("received_time") < F.lit(cutoff))
     report.deleted_by_age = _delete(spark, messages, by_age)
-    limit = config.get("store.retention_max_messages")
+    limit = settings.retention_max_messages
     if limit > 0:
         df = spark.read.format("delta").load(messages)
         excess = df.count() - limit
@@ -83,12 +83,12 @@ def apply_retention(spark: SparkSession, config: Config, now: float | None = Non
                     .agg(F.max("received_time")).first()[0])
             report.deleted_by_capacity = _delete(spark, messages, F.col("received_time") <= F.lit(edge))
     report.quarantine_deleted = _delete(
-        spark, config.table_path("quarantine"),
+        spark, settings.warehouse.table_path("quarantine"),
         F.col("quarantined_at") < F.timestamp_seconds(F.lit(cutoff)))
     return report
 
 
-def compact(spark: SparkSession, config: Config, report: MaintenanceReport | None = None,
+def compact(spark: SparkSession, settings: MaintainSettings, report: MaintenanceReport | None = None,
             now: float | None = None) -> MaintenanceReport:
     """Rewrite the recent days' files into large ones sorted by received_time (ZORDER on one
     column is a sort), keeping per-file received_time ranges tight for cursor reads. Only the
@@ -97,29 +97,29 @@ def compact(spark: SparkSession, config: Config, report: MaintenanceReport | Non
 
     report = report or MaintenanceReport()
     now = time.time() if now is None else now
-    since = time.strftime("%Y-%m-%d", time.gmtime(now - (config.get("store.compact_days") - 1) * 86400.0))
-    path = config.table_path("messages")
-    spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(config.get("store.optimize_target_file_bytes")))
+    since = time.strftime("%Y-%m-%d", time.gmtime(now - (settings.compact_days - 1) * 86400.0))
+    path = settings.warehouse.table_path("messages")
+    spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(settings.optimize_target_file_bytes))
     report.files_before = _file_count(spark, path)
     _retry("optimize", lambda: DeltaTable.forPath(spark, path).optimize()
            .where(f"received_date >= '{since}'").executeZOrderBy("received_time"))
     for table in ("quarantine", "job_metrics"):
         _retry(f"optimize {table}",
-               lambda t=table: DeltaTable.forPath(spark, config.table_path(t)).optimize().executeCompaction())
+               lambda t=table: DeltaTable.forPath(spark, settings.warehouse.table_path(t)).optimize().executeCompaction())
     report.files_after = _file_count(spark, path)
     return report
 
 
-def vacuum(spark: SparkSession, config: Config, report: MaintenanceReport | None = None) -> MaintenanceReport:
+def vacuum(spark: SparkSession, settings: MaintainSettings, report: MaintenanceReport | None = None) -> MaintenanceReport:
     """Remove files no longer referenced, older than store.vacuum_retain_hours."""
     from delta.tables import DeltaTable
 
     report = report or MaintenanceReport()
-    hours = config.get("store.vacuum_retain_hours")
+    hours = settings.vacuum_retain_hours
     if hours < 168:
         # Delta refuses retention below 7 days unless told the readers are known to be short-lived.
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     for table in ("messages", "quarantine", "job_metrics"):
-        DeltaTable.forPath(spark, config.table_path(table)).vacuum(hours)
+        DeltaTable.forPath(spark, settings.warehouse.table_path(table)).vacuum(hours)
     report.vacuumed = True
     return report

@@ -158,7 +158,7 @@ def from_protobuf(
     """
     spark = spark or SparkSession.getActiveSession()
     if spark is None:
-        raise RuntimeError("pipeline.protobuf.from_protobuf needs an active SparkSession")
+        raise RuntimeError("pipeline.spark.protobuf.from_protobuf needs an active SparkSession")
     name = register(spark, messageName)
     col = F.col(data) if isinstance(data, str) else data
     return F.call_function(name, col, F.lit(messageName))

@@ -1,0 +1,103 @@
+"""Kafka facts every side shares: client settings in kafka-python's form, and the one helper
+that creates the pipeline's topics (the embedded broker does not auto-create; a real cluster
+may not either).
+
+    ensure_topics("k1:9092,k2:9092", {"waku.messages": 4}, client_options={"security.protocol": "SSL"})
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger("waku.kafka")
+
+TOPIC_ALREADY_EXISTS = 36
+
+
+class TopicError(Exception):
+    """Topics could not be created or did not become ready; the message is one line."""
+
+
+def client_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """kafka.client_options (Java-style names: security.protocol=SSL) as kafka-python kwargs."""
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        key = name.replace(".", "_")
+        out[key] = int(value) if value.isdigit() else value
+    return out
+
+
+def _leader(partition: Any) -> int:
+    if isinstance(partition, dict):
+        return partition.get("leader", -1)
+    return getattr(partition, "leader", -1)
+
+
+def ensure_topics(
+    bootstrap_servers: str | list[str],
+    topics: Mapping[str, int],
+    *,
+    options: Mapping[str, str] | None = None,
+    replication: int | None = None,
+    topic_configs: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
+    client_id: str = "waku-admin",
+) -> list[str]:
+    """Create the missing topics of `topics` (name -> partitions) and wait until every partition
+    has a leader. Existing topics are left as they are (a different partition count is logged).
+    Replication: 1 against a single bootstrap server, else min(3, ...) unless given. Returns the
+    names created; raises TopicError with one line on failure."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaError
+
+    if not topics:
+        return []
+    servers = bootstrap_servers.split(",") if isinstance(bootstrap_servers, str) else list(bootstrap_servers)
+    if replication is None:
+        replication = 1 if len(servers) == 1 else 3
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=servers, client_id=client_id,
+                                 request_timeout_ms=int(timeout_s * 1000), **client_options(options or {}))
+    except KafkaError as exc:
+        raise TopicError(f"cannot reach Kafka on {','.join(servers)}: {exc}") from None
+    try:
+        existing = set(admin.list_topics())
+        new = [NewTopic(name, int(n), replication, topic_configs=dict(topic_configs or {}))
+               for name, n in topics.items() if name not in existing]
+        if new:
+            resp = admin.create_topics(new, timeout_ms=int(timeout_s * 1000), raise_errors=False)
+            results = resp.get("topics", []) if isinstance(resp, dict) else getattr(resp, "topics", [])
+            for result in results:
+                code = result.get("error_code", 0) if isinstance(result, dict) else result[1]
+                if code not in (0, TOPIC_ALREADY_EXISTS):  # already exists: a concurrent creator
+                    name = result.get("name") if isinstance(result, dict) else result[0]
+                    message = result.get("error_message") if isinstance(result, dict) else None
+                    raise TopicError(f"cannot create topic {name}: {message or f'error code {code}'}")
+            log.info("created topics %s", ", ".join(f"{t.name}:{t.num_partitions}" for t in new))
+        _wait_for_leaders(admin, topics, time.monotonic() + timeout_s)
+        return [t.name for t in new]
+    except KafkaError as exc:
+        raise TopicError(f"creating topics on {','.join(servers)} failed: {exc}") from None
+    finally:
+        admin.close()
+
+
+def _wait_for_leaders(admin: Any, topics: Mapping[str, int], deadline: float) -> None:
+    while True:
+        pending = []
+        for desc in admin.describe_topics(list(topics)):
+            name = desc.get("topic") or desc.get("name")
+            parts = desc.get("partitions") or []
+            if desc.get("error_code", 0) or not parts or any(_leader(p) < 0 for p in parts):
+                pending.append(name)
+            elif len(parts) != topics.get(name, len(parts)):
+                log.warning("topic %s exists with %d partitions (asked for %d); left as it is",
+                            name, len(parts), topics[name])
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise TopicError(f"topics without a leader after the timeout: {', '.join(sorted(pending))}")
+        time.sleep(0.2)

@@ -1,0 +1,50 @@
+"""The Waku message model's two identifiers, in plain Python (the Spark column forms are in
+pipeline/spark/columns.py and are tested against these).
+
+- message hash (14/WAKU2-MESSAGE): sha256(pubsub_topic || payload || content_topic || meta ||
+  timestamp as 8 bytes big-endian, 8 zero bytes when absent); the store's de-duplication key
+  and the Kafka key of every ingest record.
+- store digest (13/WAKU2-STORE Index): sha256(content_topic || payload); the paging order.
+"""
+from __future__ import annotations
+
+import hashlib
+import struct
+from typing import Any
+
+
+def message_hash(
+    pubsub_topic: str,
+    payload: bytes,
+    content_topic: str,
+    meta: bytes | None,
+    timestamp: int | None,
+) -> bytes:
+    h = hashlib.sha256()
+    h.update(pubsub_topic.encode())
+    h.update(payload)
+    h.update(content_topic.encode())
+    if meta:
+        h.update(meta)
+    h.update(struct.pack(">q", timestamp or 0))
+    return h.digest()
+
+
+def store_digest(content_topic: str, payload: bytes) -> bytes:
+    return hashlib.sha256(content_topic.encode() + payload).digest()
+
+
+def timestamp_ns(msg: Any) -> int | None:
+    """A WakuMessage's sender timestamp in nanoseconds: field 10, or an old peer's seconds
+    double (field 4) counted as nanoseconds, as the store decodes it; None when absent."""
+    if msg.HasField("timestamp"):
+        return msg.timestamp
+    if msg.HasField("legacy_timestamp"):
+        return int(msg.legacy_timestamp * 1e9)
+    return None
+
+
+def hash_of(pubsub_topic: str, msg: Any) -> bytes:
+    """The message hash of a decoded WakuMessage (schemas.waku_message_pb2) on `pubsub_topic`."""
+    return message_hash(pubsub_topic, msg.payload, msg.content_topic,
+                        msg.meta if msg.HasField("meta") else None, timestamp_ns(msg))

@@ -1,0 +1,52 @@
+"""Typed settings of the subscriptions and filter jobs, built once at the job's entry point
+(jobs/subscriptions.py, jobs/filter.py) from sections [filter], [topics], [kafka] and
+[warehouse]."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.config import Config, ConfigError
+from core.settings import KafkaSettings, WarehouseSettings
+
+TRIGGERS = ("microbatch", "realtime")
+
+
+@dataclass(frozen=True)
+class SubscriptionsJobSettings:
+    kafka: KafkaSettings
+    warehouse: WarehouseSettings
+    topic: str = "waku.subscriptions"
+    ttl_s: float = 300.0
+    trigger_seconds: float = 0.5
+    expire_interval_s: float = 30.0
+
+    @classmethod
+    def from_config(cls, config: Config) -> "SubscriptionsJobSettings":
+        f = config["filter"]
+        return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
+                   config.get("topics.subscriptions"), float(f["subscription_ttl_s"]),
+                   f["subscriptions_trigger_seconds"], float(f["expire_interval_s"]))
+
+
+@dataclass(frozen=True)
+class FilterJobSettings:
+    kafka: KafkaSettings
+    warehouse: WarehouseSettings
+    messages_topic: str = "waku.messages"
+    push_prefix: str = "waku.push."
+    ttl_s: float = 300.0
+    trigger: str = "microbatch"  # or "realtime"
+    trigger_seconds: float = 0.5
+    realtime_checkpoint_interval: str = "30 seconds"
+    starting_offsets: str = "latest"
+    max_offsets_per_trigger: int = 0  # 0: no bound
+
+    @classmethod
+    def from_config(cls, config: Config) -> "FilterJobSettings":
+        f = config["filter"]
+        if f["trigger"] not in TRIGGERS:
+            raise ConfigError(f"filter.trigger: expected microbatch or realtime, got {f['trigger']!r}")
+        return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
+                   config.get("topics.messages"), config.get("topics.push_prefix"), float(f["subscription_ttl_s"]),
+                   f["trigger"], f["trigger_seconds"], f["realtime_checkpoint_interval"], f["starting_offsets"],
+                   f["max_offsets_per_trigger"])

@@ -1,0 +1,56 @@
+"""Store history pages through Spark: the page rules of core/store_page.py as a DataFrame
+query over the Delta `messages` table, for Spark users and tests.
+
+    from pipeline.store.query import history_page_df
+    df = spark.read.format("delta").load(warehouse.table_path("messages"))
+    history_page_df(df, StoreQuery(content_topics=("/app/1/chat/proto",), forward=False)).show()
+"""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+
+from core.store_page import PAGE_COLUMNS, Page, StoredMessage, StoreLimits, StoreQuery, check_query, finish_page, page_size_of
+
+
+def history_page_df(messages: "DataFrame", query: StoreQuery, limits: StoreLimits = StoreLimits(),
+                    oldest_first: bool = True) -> "DataFrame":
+    """The page as a DataFrame (rows of `messages`, oldest first), for Spark users:
+
+        df = spark.read.format("delta").load(config.table_path("messages"))
+        history_page_df(df, StoreQuery(content_topics=("/app/1/chat/proto",), forward=False)).show()
+
+    An unservable query gives an empty DataFrame. The filters are plain column predicates, so
+    Delta skips files by the received_time and topic statistics."""
+    from pyspark.sql import functions as F
+
+    if check_query(query, limits):
+        return messages.limit(0)
+    df = messages
+    if query.pubsub_topic:
+        df = df.where(F.col("pubsub_topic") == query.pubsub_topic)
+    if query.content_topics:
+        df = df.where(F.col("content_topic").isin(list(query.content_topics)))
+    c = query.cursor
+    if c is not None:
+        t, d = F.lit(c.received_time), F.lit(bytearray(c.digest))
+        rt, dg = F.col("received_time"), F.col("digest")
+        if query.forward:
+            df = df.where((rt >= t) & ((rt > t) | (dg > d)))
+        else:
+            df = df.where((rt <= t) & ((rt < t) | (dg < d)))
+    n = page_size_of(query.page_size, limits)
+    if query.forward:
+        df = df.orderBy(F.col("received_time").asc(), F.col("digest").asc()).limit(n)
+    else:
+        df = df.orderBy(F.col("received_time").desc(), F.col("digest").desc()).limit(n)
+    return df.orderBy("received_time", "digest") if oldest_first else df
+
+
+def history_page(spark: "SparkSession", table_path: str, query: StoreQuery,
+                 limits: StoreLimits = StoreLimits()) -> Page:
+    """One page as a Page (collected), through Spark."""
+    df = spark.read.format("delta").load(table_path)
+    rows = history_page_df(df, query, limits, oldest_first=False).select(*PAGE_COLUMNS).collect()
+    return finish_page([StoredMessage.from_mapping(r.asDict()) for r in rows], query, limits)
+
+

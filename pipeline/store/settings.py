@@ -1,0 +1,54 @@
+"""Typed settings of the store job and of maintenance, built once at the job's entry point
+(jobs/store.py, jobs/maintain.py) from sections [store], [limits], [topics], [kafka] and
+[warehouse]."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.config import Config, ConfigError
+from core.settings import KafkaSettings, WarehouseSettings
+from pipeline.store.validation import Limits
+
+
+@dataclass(frozen=True)
+class StoreJobSettings:
+    kafka: KafkaSettings
+    warehouse: WarehouseSettings
+    topic: str = "waku.messages"
+    limits: Limits = field(default_factory=Limits)
+    trigger_seconds: float = 1.0
+    max_offsets_per_trigger: int = 0  # 0: no bound
+    starting_offsets: str = "earliest"
+    # Copies of one message whose receive times are at most this far apart are stored once.
+    dedup_window_s: float = 120.0
+    rows_per_file: int = 250_000
+
+    @classmethod
+    def from_config(cls, config: Config) -> "StoreJobSettings":
+        s = config["store"]
+        if s["starting_offsets"] not in ("earliest", "latest"):
+            raise ConfigError(f"store.starting_offsets: expected earliest or latest, got {s['starting_offsets']!r}")
+        for key in ("trigger_seconds", "rows_per_file"):
+            if s[key] <= 0:
+                raise ConfigError(f"store.{key}: expected a positive value, got {s[key]}")
+        return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
+                   config.get("topics.messages"), Limits.from_config(config), s["trigger_seconds"],
+                   s["max_offsets_per_trigger"], s["starting_offsets"], s["dedup_window_s"], s["rows_per_file"])
+
+
+@dataclass(frozen=True)
+class MaintainSettings:
+    warehouse: WarehouseSettings
+    limits: Limits = field(default_factory=Limits)
+    retention_days: float = 2.0
+    retention_max_messages: int = 0  # 0: no bound
+    vacuum_retain_hours: float = 24.0
+    compact_days: int = 2
+    optimize_target_file_bytes: int = 134_217_728
+
+    @classmethod
+    def from_config(cls, config: Config) -> "MaintainSettings":
+        s = config["store"]
+        return cls(WarehouseSettings.from_config(config), Limits.from_config(config), s["retention_days"],
+                   s["retention_max_messages"], s["vacuum_retain_hours"], s["compact_days"],
+                   s["optimize_target_file_bytes"])
