@@ -18,11 +18,12 @@ from collections.abc import Sequence
 
 import trio
 
-from ingest.host import ListenError
-from ingest.node import BridgeError
-from ingest.identity import IdentityError, load_or_create_key, peer_id_of
-from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC, Limits, check_pubsub_topic
 from core.config import ConfigError, add_config_arguments, config_from_args
+from core.topics import DEFAULT_PUBSUB_TOPIC, check_pubsub_topic
+from ingest.host import ListenError
+from ingest.identity import IdentityError, load_or_create_key, peer_id_of
+from ingest.node import BridgeError
+from ingest.relay.codec import Limits
 
 log = logging.getLogger("ingest.cli")
 GC_GEN0_THRESHOLD = 20_000  # Python's default: 700

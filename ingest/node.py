@@ -16,9 +16,9 @@ from libp2p.crypto.keys import KeyPair
 from libp2p.tools.anyio_service import background_trio_service
 
 from core.records import ingest_key, ingest_value
+from ingest.filter.service import FilterService
 from ingest.host import ListenError, build_host, check_listen_addrs, listen_addrs
 from ingest.identity import load_or_create_key, peer_id_of
-from ingest.filter.service import FilterService
 from ingest.kafka_producer import IngestProducer, ProducerSettings
 from ingest.metrics import DROP_REASONS, BridgeMetrics
 from ingest.relay.codec import Reject

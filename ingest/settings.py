@@ -7,10 +7,11 @@ from dataclasses import dataclass
 import multiaddr
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
-from ingest.filter.settings import FilterSettings
-from ingest.relay.codec import Limits, check_pubsub_topic
-from ingest.store.server import StoreServiceSettings
 from core.config import Config, ConfigError
+from core.topics import check_pubsub_topic
+from ingest.filter.settings import FilterSettings
+from ingest.relay.codec import Limits
+from ingest.store.server import StoreServiceSettings
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ import logging
 import sys
 
 from core.config import add_config_arguments
-from pipeline.spark.entrypoint import setup_job
 from pipeline.filter.matching import start_filter_query
 from pipeline.filter.settings import FilterJobSettings
+from pipeline.spark.entrypoint import setup_job
 from pipeline.spark.session import build_session
 
 log = logging.getLogger("waku.jobs.filter")

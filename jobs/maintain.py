@@ -7,9 +7,9 @@ import sys
 
 from core.config import add_config_arguments
 from pipeline.spark.entrypoint import setup_job
+from pipeline.spark.session import build_session
 from pipeline.store.maintenance import MaintenanceReport, apply_retention, compact, vacuum
 from pipeline.store.settings import MaintainSettings
-from pipeline.spark.session import build_session
 from pipeline.store.tables import ensure_store_tables
 from pipeline.store.validation import audit
 

@@ -6,10 +6,10 @@ import logging
 import sys
 
 from core.config import add_config_arguments
-from pipeline.spark.entrypoint import setup_job
-from pipeline.spark.session import build_session
 from pipeline.filter.settings import SubscriptionsJobSettings
 from pipeline.filter.subscriptions import SubscriptionsJob
+from pipeline.spark.entrypoint import setup_job
+from pipeline.spark.session import build_session
 
 log = logging.getLogger("waku.jobs.subscriptions")
 

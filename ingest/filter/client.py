@@ -217,7 +217,7 @@ class FilterClient:
 
 def add_filter_command(sub: Any) -> None:
     """Register the `filter` subcommand on waku-bridge's subparsers."""
-    from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC
+    from core.topics import DEFAULT_PUBSUB_TOPIC
     from core.config import add_config_arguments
 
     p = sub.add_parser("filter", help="subscribe to a filter service node and print the pushes (JSON lines)")
@@ -251,7 +251,7 @@ def cmd_filter(args: Any) -> int:
     import json
     import signal
 
-    from ingest.relay.codec import check_pubsub_topic
+    from core.topics import check_pubsub_topic
     from core.config import ConfigError, config_from_args
 
     config_from_args(args)  # validates --config / --set like the other subcommands

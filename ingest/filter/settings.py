@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ingest.filter.state import FilterLimits
 from core.config import Config, ConfigError
+from ingest.filter.state import FilterLimits
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import re
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
+from core.topics import DEFAULT_PUBSUB_TOPIC, check_pubsub_topic  # noqa: F401 - part of the relay API
 from schemas.waku_message_pb2 import WakuMessage
 
 RELAY_CODEC = "/vac/waku/relay/2.0.0"
@@ -21,8 +21,6 @@ RELAY_CODEC_BETA2 = "/vac/waku/relay/2.0.0-beta2"
 # Offered in this order: today's id first, the seed's beta2 id for older peers.
 RELAY_CODECS = (RELAY_CODEC, RELAY_CODEC_BETA2)
 
-DEFAULT_PUBSUB_TOPIC = "/waku/2/default-waku/proto"
-_STATIC_SHARD = re.compile(r"^/waku/2/rs/(\d{1,5})/(\d{1,4})$")
 
 MAX_MESSAGE_BYTES = 153_600  # 150 KiB, the reference nodes' limit (configurable: limits.*)
 MAX_META_BYTES = 64
@@ -43,20 +41,6 @@ class Reject(str, enum.Enum):
 def relay_message_id(data: bytes) -> bytes:
     """The gossipsub message id of nwaku / go-waku: sha256(Message.data), 32 raw bytes."""
     return hashlib.sha256(data).digest()
-
-
-def check_pubsub_topic(topic: str) -> str | None:
-    """None when `topic` is the default topic or a static shard `/waku/2/rs/<cluster>/<shard>`
-    (cluster 0-65535, shard 0-1023); otherwise a one-line reason."""
-    if topic == DEFAULT_PUBSUB_TOPIC:
-        return None
-    m = _STATIC_SHARD.match(topic)
-    if not m:
-        return f"{topic!r} is neither {DEFAULT_PUBSUB_TOPIC} nor /waku/2/rs/<cluster>/<shard>"
-    cluster, shard = int(m.group(1)), int(m.group(2))
-    if cluster > 65535 or shard > 1023:
-        return f"{topic!r}: cluster must be 0-65535 and shard 0-1023"
-    return None
 
 
 def check_no_sign(from_id: bytes, seqno: bytes, signature: bytes, key: bytes) -> Reject | None:

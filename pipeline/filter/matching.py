@@ -26,9 +26,9 @@ from pyspark.sql import types as T
 
 from core.config import ConfigError
 from pipeline.filter.settings import FilterJobSettings
+from pipeline.filter.subscriptions import ensure_subscriptions_table
 from pipeline.spark.kafka_io import kafka_options, read_topic_stream
 from pipeline.spark.records import decode_ingest_records
-from pipeline.filter.subscriptions import ensure_subscriptions_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -29,10 +29,10 @@ from pyspark.sql.window import Window
 
 from core.settings import WarehouseSettings
 from pipeline.filter.settings import SubscriptionsJobSettings
+from pipeline.spark.delta import ensure_table
 from pipeline.spark.kafka_io import read_topic_stream
 from pipeline.spark.protobuf import from_protobuf
 from pipeline.spark.records import SUBSCRIPTION_EVENT
-from pipeline.store.tables import ensure_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -4,8 +4,8 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from pipeline.store.settings import StoreJobSettings
 from pipeline.spark.kafka_io import read_topic_stream
+from pipeline.store.settings import StoreJobSettings
 from pipeline.store.tables import ensure_store_tables
 from pipeline.store.writer import write_batch
 

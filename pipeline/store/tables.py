@@ -16,6 +16,7 @@ from pyspark.sql import types as T
 
 from core.settings import WarehouseSettings
 from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES
+from pipeline.spark.delta import ensure_table
 
 _SPARK_TYPES = {"double": T.DoubleType(), "binary": T.BinaryType(), "string": T.StringType(),
                 "long": T.LongType(), "int": T.IntegerType(), "timestamp": T.TimestampType()}
@@ -49,19 +50,6 @@ JOB_METRICS_SCHEMA = T.StructType([
     T.StructField("phase_seconds", T.MapType(T.StringType(), T.DoubleType()), True),
     T.StructField("progress_json", T.StringType(), True),
 ])
-
-
-def ensure_table(spark: SparkSession, path: str, schema: T.StructType,
-                 partition_by: list[str] | None = None, properties: dict[str, str] | None = None) -> None:
-    """Create the Delta table at path if it does not exist (idempotent, safe to race)."""
-    from delta.tables import DeltaTable
-
-    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
-    if partition_by:
-        builder = builder.partitionedBy(*partition_by)
-    for key, value in (properties or {}).items():
-        builder = builder.property(key, value)
-    builder.execute()
 
 
 def ensure_store_tables(spark: SparkSession, warehouse: WarehouseSettings) -> None:

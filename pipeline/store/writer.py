@@ -30,8 +30,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.spark.records import decode_ingest_records
-from pipeline.store.tables import JOB_METRICS_SCHEMA, MESSAGES_SCHEMA, QUARANTINE_SCHEMA
 from pipeline.store.settings import StoreJobSettings
+from pipeline.store.tables import JOB_METRICS_SCHEMA, MESSAGES_SCHEMA, QUARANTINE_SCHEMA
 from pipeline.store.validation import with_rejection_reason
 
 log = logging.getLogger("waku.store")

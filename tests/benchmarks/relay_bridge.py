@@ -35,8 +35,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tools.processes import start_bridge, start_publisher  # noqa: E402
 from tools.embedded_kafka import EmbeddedKafka  # noqa: E402
+from tools.processes import start_bridge, start_publisher  # noqa: E402
 
 TOPIC = "waku.messages"
 

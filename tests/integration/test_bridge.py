@@ -18,13 +18,13 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
 
-from ingest.metrics import BridgeMetrics
+from core.config import Config, load_config
 from core.records import ingest_key
+from ingest.metrics import BridgeMetrics
 from ingest.node import Bridge
 from ingest.publisher import Publisher
 from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC, RELAY_CODEC_BETA2
 from ingest.settings import BridgeSettings
-from core.config import Config, load_config
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
 

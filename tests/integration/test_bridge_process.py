@@ -14,8 +14,8 @@ import uuid
 import pytest
 import trio
 
-from tools.processes import REPO_ROOT, start_bridge, start_publisher
 from ingest.publisher import Publisher
+from tools.processes import REPO_ROOT, start_bridge, start_publisher
 
 pytestmark = pytest.mark.integration
 

@@ -15,13 +15,13 @@ from collections.abc import Iterator
 import pytest
 import trio
 
+from core.config import Config, load_config
 from ingest.filter.client import FilterClient
 from ingest.metrics import BridgeMetrics
 from ingest.node import Bridge
 from ingest.publisher import Publisher
 from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC
 from ingest.settings import BridgeSettings
-from core.config import Config, load_config
 from schemas.waku_message_pb2 import WakuMessage
 
 pytestmark = pytest.mark.integration

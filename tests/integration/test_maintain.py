@@ -8,13 +8,13 @@ import time
 import pytest
 
 from core.config import load_config
-from tools.loadgen import LoadGenerator, LoadProfile, produce
-from pipeline.store.maintenance import apply_retention, compact, vacuum
+from core.settings import WarehouseSettings
 from pipeline.store.job import start_store_query
+from pipeline.store.maintenance import apply_retention, compact, vacuum
+from pipeline.store.settings import MaintainSettings, StoreJobSettings
 from pipeline.store.tables import ensure_store_tables
 from pipeline.store.writer import write_batch
-from pipeline.store.settings import MaintainSettings, StoreJobSettings
-from core.settings import WarehouseSettings
+from tools.loadgen import LoadGenerator, LoadProfile, produce
 
 from .test_store_job import assert_store_matches, job_config, new_topic, run_available_now
 

@@ -11,10 +11,10 @@ import pytest
 from core.kafka import ensure_topics
 
 from core.config import load_config
-from tools.loadgen import LoadGenerator, LoadProfile, produce
 from pipeline.store.job import start_store_query
 from pipeline.store.settings import StoreJobSettings
 from schemas import pipeline_records_pb2 as pr
+from tools.loadgen import LoadGenerator, LoadProfile, produce
 
 pytestmark = pytest.mark.integration
 

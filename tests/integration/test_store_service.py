@@ -15,13 +15,13 @@ import pytest
 import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 
+from core.store_page import MIN_DIGEST, Index, StoreQuery
+from ingest.framing import frame, uvarint
 from ingest.host import build_host, listen_addrs
 from ingest.store.client import StoreClient
-from ingest.framing import frame, uvarint
-from ingest.store.server import StoreServer, StoreServiceSettings
-from core.store_page import MIN_DIGEST, Index, StoreQuery
-from pipeline.store.query import history_page
 from ingest.store.reader import ReaderSettings, StoreReader
+from ingest.store.server import StoreServer, StoreServiceSettings
+from pipeline.store.query import history_page
 from schemas import store_beta2_pb2 as pb
 from tests.unit.test_store_query import (
     BASE_T,

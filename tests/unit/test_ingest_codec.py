@@ -8,8 +8,10 @@ import stat
 import pytest
 from libp2p.pubsub.pb import rpc_pb2
 
-from ingest.identity import IdentityError, load_or_create_key, peer_id_of
+from core.config import ConfigError, load_config
+from core.message import message_hash
 from core.records import ingest_key, ingest_value
+from ingest.identity import IdentityError, load_or_create_key, peer_id_of
 from ingest.relay.codec import (
     DEFAULT_PUBSUB_TOPIC,
     Limits,
@@ -20,8 +22,6 @@ from ingest.relay.codec import (
 )
 from ingest.relay.validator import WakuMessageValidator
 from ingest.settings import BridgeSettings
-from core.config import ConfigError, load_config
-from core.message import message_hash
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
 

@@ -86,9 +86,12 @@ def test_router_parameters_are_the_reference_nodes():
 def test_heartbeat_stays_one_second():
     """0.8.1's adaptive gossip would move a 1 s heartbeat to 30-60 s on poor health."""
     r = WakuRelayRouter()
-    r._adapt_heartbeat_parameters(0.1)  # what 0.8.1 calls when adaptive gossip is on
-    r.heartbeat_interval = r.heartbeat_interval_base
-    assert not r.adaptive_gossip_enabled  # so the heartbeat never calls it
+    assert r.heartbeat_interval == 1
+    # What 0.8.1's heartbeat runs every round (gossipsub.py: heartbeat -> _adapt_gossip_parameters)
+    # on a network it judges unhealthy; with adaptive gossip on it would move the heartbeat to 30 s.
+    r.network_health_score = 0.1
+    r._adapt_gossip_parameters()
+    assert not r.adaptive_gossip_enabled
     assert r.heartbeat_interval == 1
 
 
