@@ -30,9 +30,9 @@ def client_options(options: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _leader(partition: Any) -> int:
-    if isinstance(partition, dict):
-        return partition.get("leader", -1)
-    return getattr(partition, "leader", -1)
+    """The leader id in a describe_topics partition entry (key names differ across kafka-python)."""
+    leader = partition.get("leader_id", partition.get("leader"))
+    return -1 if leader is None else int(leader)
 
 
 def ensure_topics(

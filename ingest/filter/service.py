@@ -132,58 +132,44 @@ class FilterService:
         FilterSubscribeResponse echoing request_id (a request without request_id is neither
         applied nor answered). The subscriber is the connection's peer id."""
         peer = stream.muxed_conn.peer_id.to_base58()
-        frames = FrameReader(stream, MAX_REQUEST_BYTES)
-        try:
-            while True:
-                try:
-                    data = await frames.read_frame()
-                except Exception:  # noqa: BLE001 - reset, or an oversized / bad frame: done
-                    return
-                if data is None:
-                    return
-                try:
-                    req = fv2.FilterSubscribeRequest.FromString(data)
-                except DecodeError:
-                    self.count_request("undecodable", 0)
-                    log.debug("filter: undecodable request from %s", peer)
-                    continue
-                request = from_v2(req)
-                if not request.request_id:
-                    self.count_request(request.label, 0)
-                    continue
-                code, detail = await self.serve(peer, request)
-                self.count_request(request.label, code)
-                await stream.write(frame(subscribe_response(request.request_id, code, detail)))
-        finally:
-            await _close(stream)
+
+        async def on_frame(data: bytes) -> None:
+            try:
+                req = fv2.FilterSubscribeRequest.FromString(data)
+            except DecodeError:
+                self.count_request("undecodable", 0)
+                log.debug("filter: undecodable request from %s", peer)
+                return
+            request = from_v2(req)
+            if not request.request_id:
+                self.count_request(request.label, 0)
+                return
+            code, detail = await self.serve(peer, request)
+            self.count_request(request.label, code)
+            await stream.write(frame(subscribe_response(request.request_id, code, detail)))
+
+        await _each_frame(stream, on_frame)
 
     async def _on_v00(self, stream: Any) -> None:
         """Legacy filter v00: FilterRPC{requestId, request} subscribes or unsubscribes; nothing is
         answered (a refusal is logged and counted)."""
         peer = stream.muxed_conn.peer_id.to_base58()
-        frames = FrameReader(stream, MAX_REQUEST_BYTES)
-        try:
-            while True:
-                try:
-                    data = await frames.read_frame()
-                except Exception:  # noqa: BLE001 - reset, bad frame
-                    return
-                if data is None:
-                    return
-                try:
-                    rpc = f00.FilterRPC.FromString(data)
-                except DecodeError:
-                    self.count_request("v00_undecodable", 0)
-                    continue
-                if not rpc.HasField("request"):
-                    continue
-                request = from_v00(rpc, self.settings.default_pubsub_topic)
-                code, detail = await self.serve(peer, request)
-                self.count_request(request.label, code)
-                if code != OK:
-                    log.info("filter v00: request %s of %s refused: %d %s", rpc.requestId, peer, code, detail)
-        finally:
-            await _close(stream)
+
+        async def on_frame(data: bytes) -> None:
+            try:
+                rpc = f00.FilterRPC.FromString(data)
+            except DecodeError:
+                self.count_request("v00_undecodable", 0)
+                return
+            if not rpc.HasField("request"):
+                return
+            request = from_v00(rpc, self.settings.default_pubsub_topic)
+            code, detail = await self.serve(peer, request)
+            self.count_request(request.label, code)
+            if code != OK:
+                log.info("filter v00: request %s of %s refused: %d %s", rpc.requestId, peer, code, detail)
+
+        await _each_frame(stream, on_frame)
 
     async def serve(self, peer: str, request: FilterRequest) -> tuple[int, str]:
         """Rate limit, then the protocol's decision; its changes are recorded in Kafka and then
@@ -335,3 +321,20 @@ async def _close(stream: Any) -> None:
         await stream.close()
     except Exception:  # noqa: BLE001 - the stream is gone either way
         pass
+
+
+async def _each_frame(stream: Any, on_frame: Any) -> None:
+    """Call `on_frame(data)` for each request frame until the peer closes the stream (or resets
+    it, or sends a frame we refuse); then close it."""
+    frames = FrameReader(stream, MAX_REQUEST_BYTES)
+    try:
+        while True:
+            try:
+                data = await frames.read_frame()
+            except Exception:  # noqa: BLE001 - reset, or an oversized / bad frame: done
+                return
+            if data is None:
+                return
+            await on_frame(data)
+    finally:
+        await _close(stream)
