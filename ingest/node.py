@@ -24,7 +24,8 @@ from ingest.metrics import DROP_REASONS, BridgeMetrics
 from ingest.relay.codec import Reject
 from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
-from ingest.settings import BridgeSettings
+from ingest.metadata.service import MetadataService
+from ingest.settings import BridgeSettings, node_shards
 from ingest.store.server import StoreServer
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
@@ -71,6 +72,7 @@ class Bridge:
         self.stopped = trio.Event()  # set when run() has returned (flushed)
         self._metrics_server: Any = None
         self.filter: FilterService | None = None  # the filter service, when settings.filter is set
+        self.metadata: MetadataService | None = None
 
     def stop(self) -> None:
         """Ask `run` to shut down (from the trio thread)."""
@@ -140,6 +142,9 @@ class Bridge:
                 print(f"listening on {addr}", file=self.out, flush=True)
             log.info("bridge %s joined %s", self.bridge_id, ", ".join(self.settings.pubsub_topics))
             async with trio.open_nursery() as nursery:
+                # /vac/waku/metadata/1.0.0: before any peer is dialled, so every connection is checked.
+                self.metadata = MetadataService(host, node_shards(self.settings), self.metrics.registry)
+                await nursery.start(self.metadata.run)
                 nursery.start_soon(self._keep_dialled)
                 nursery.start_soon(self._update_gauges)
                 fs = self.settings.filter

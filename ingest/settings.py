@@ -8,8 +8,9 @@ import multiaddr
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
 from core.config import Config, ConfigError
-from core.topics import check_pubsub_topic
+from core.topics import check_pubsub_topic, shard_topic, static_shard
 from ingest.filter.settings import FilterSettings
+from ingest.metadata.protocol import NodeShards
 from ingest.relay.codec import Limits
 from ingest.store.server import StoreServiceSettings
 
@@ -23,6 +24,8 @@ class BridgeSettings:
     static_peers: tuple[PeerInfo, ...]
     redial_interval_s: float
     pubsub_topics: tuple[str, ...]
+    cluster_id: int
+    num_shards_in_cluster: int
     metrics_host: str
     metrics_port: int
     bootstrap_servers: str
@@ -45,13 +48,19 @@ class BridgeSettings:
             _port(f"bridge.{key}", b[key], allow_off=False)
         for key in ("ws_port", "metrics_port"):
             _port(f"bridge.{key}", b[key], allow_off=True)
-        topics = tuple(b["pubsub_topics"])
-        if not topics:
-            raise ConfigError("bridge.pubsub_topics: expected at least one pubsub topic")
+        cluster, n_shards = b["cluster_id"], b["num_shards_in_cluster"]
+        if not 0 <= cluster <= 65535:
+            raise ConfigError(f"bridge.cluster_id: expected 0-65535, got {cluster}")
+        if not 1 <= n_shards <= 1024:
+            raise ConfigError(f"bridge.num_shards_in_cluster: expected 1-1024, got {n_shards}")
+        topics = tuple(b["pubsub_topics"]) or tuple(shard_topic(cluster, s) for s in range(n_shards))
         for topic in topics:
             why = check_pubsub_topic(topic)
             if why:
                 raise ConfigError(f"bridge.pubsub_topics: {why}")
+            shard = static_shard(topic)
+            if cluster and shard is not None and shard[0] != cluster:
+                raise ConfigError(f"bridge.pubsub_topics: {topic} is not a shard of bridge.cluster_id {cluster}")
         peers = tuple(parse_peer(p, "bridge.static_peers") for p in b["static_peers"])
         for key in ("producer_max_outstanding", "max_rpc_bytes"):
             if b[key] < 1:
@@ -73,6 +82,8 @@ class BridgeSettings:
             static_peers=peers,
             redial_interval_s=b["redial_interval_s"],
             pubsub_topics=topics,
+            cluster_id=cluster,
+            num_shards_in_cluster=n_shards,
             metrics_host=b["metrics_host"],
             metrics_port=b["metrics_port"],
             bootstrap_servers=config.bootstrap_servers(),
@@ -88,6 +99,13 @@ class BridgeSettings:
             store=StoreServiceSettings.from_config(config) if config.get("store_service.enabled") else None,
             filter=FilterSettings.from_config(config, topics[0]) if config.get("filter.enabled") else None,
         )
+
+
+def node_shards(settings: "BridgeSettings") -> NodeShards:
+    """What the metadata protocol announces: the cluster and the shards of the joined topics."""
+    shards = tuple(sorted({s for t in settings.pubsub_topics if (cs := static_shard(t)) is not None
+                           and cs[0] == settings.cluster_id for s in [cs[1]]}))
+    return NodeShards(settings.cluster_id, shards)
 
 
 def _port(key: str, value: int, allow_off: bool) -> None:
