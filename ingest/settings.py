@@ -53,7 +53,11 @@ class BridgeSettings:
             raise ConfigError(f"bridge.cluster_id: expected 0-65535, got {cluster}")
         if not 1 <= n_shards <= 1024:
             raise ConfigError(f"bridge.num_shards_in_cluster: expected 1-1024, got {n_shards}")
-        topics = tuple(b["pubsub_topics"]) or tuple(shard_topic(cluster, s) for s in range(n_shards))
+        topics = tuple(b["pubsub_topics"])
+        if b["all_shards"]:
+            topics += tuple(t for t in (shard_topic(cluster, s) for s in range(n_shards)) if t not in topics)
+        if not topics:
+            raise ConfigError("bridge.pubsub_topics: expected at least one pubsub topic (or bridge.all_shards = true)")
         for topic in topics:
             why = check_pubsub_topic(topic)
             if why:
