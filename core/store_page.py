@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,9 +35,9 @@ MAX_PAGE_SIZE_VALUE = 2**63
 MIN_DIGEST = b"\x00" * DIGEST_BYTES
 MAX_DIGEST = b"\xff" * DIGEST_BYTES
 
-# Columns a page needs: the Index, the filters, and the WakuMessage fields.
+# Columns a page needs: the Index, the filters, the WakuMessage fields and its hash (store v3).
 PAGE_COLUMNS = ("received_time", "digest", "pubsub_topic", "content_topic", "payload", "version",
-                "timestamp", "meta", "rate_limit_proof")
+                "timestamp", "meta", "rate_limit_proof", "message_hash")
 
 
 @dataclass(frozen=True, order=True)
@@ -72,9 +72,13 @@ class StoreQuery:
     cursor: Index | None = None
     forward: bool = True
     page_size: int = 0
+    # Store v3's time window, Unix nanoseconds, both ends inclusive, on the message's sender
+    # timestamp (its receive time when it has none), as nwaku filters. None: unbounded.
+    time_start: int | None = None
+    time_end: int | None = None
 
     def with_cursor(self, cursor: Index | None) -> "StoreQuery":
-        return StoreQuery(self.pubsub_topic, self.content_topics, cursor, self.forward, self.page_size)
+        return replace(self, cursor=cursor)
 
 
 @dataclass
@@ -89,10 +93,16 @@ class StoredMessage:
     timestamp: int | None = None
     meta: bytes | None = None
     rate_limit_proof: bytes | None = None
+    message_hash: bytes | None = None
 
     @property
     def index(self) -> Index:
         return Index(self.received_time, self.digest)
+
+    @property
+    def time_ns(self) -> int:
+        """What a time window compares: the sender timestamp, or the receive time without one."""
+        return self.timestamp if self.timestamp else int(self.received_time * 1e9)
 
     @classmethod
     def from_mapping(cls, row: Any) -> "StoredMessage":
@@ -100,7 +110,8 @@ class StoredMessage:
         return cls(float(get("received_time")), bytes(get("digest")), get("pubsub_topic"), get("content_topic"),
                    bytes(get("payload") or b""), get("version"), get("timestamp"),
                    None if get("meta") is None else bytes(get("meta")),
-                   None if get("rate_limit_proof") is None else bytes(get("rate_limit_proof")))
+                   None if get("rate_limit_proof") is None else bytes(get("rate_limit_proof")),
+                   _optional_bytes(row, "message_hash"))
 
 
 @dataclass
@@ -154,6 +165,13 @@ def matches_topics(pubsub_topic: str, content_topic: str, query: StoreQuery) -> 
     return not query.content_topics or content_topic in query.content_topics
 
 
+def in_window(m: StoredMessage, query: StoreQuery) -> bool:
+    if query.time_start is None and query.time_end is None:
+        return True
+    t = m.time_ns
+    return (query.time_start is None or t >= query.time_start) and (query.time_end is None or t <= query.time_end)
+
+
 def finish_page(candidates: Iterable[StoredMessage], query: StoreQuery, limits: StoreLimits = StoreLimits(),
                 rows_scanned: int = 0) -> Page:
     """The page from matching messages on the queried side of the cursor (any order, any
@@ -174,7 +192,7 @@ def page_from_rows(rows: Iterable[StoredMessage], query: StoreQuery, limits: Sto
         return Page(forward=query.forward)
     rows = list(rows)
     hits = [m for m in rows if matches_topics(m.pubsub_topic, m.content_topic, query)
-            and after_cursor(key_of(m), query)]
+            and after_cursor(key_of(m), query) and in_window(m, query)]
     return finish_page(hits, query, limits, len(rows))
 
 
@@ -194,3 +212,8 @@ def history_pages(fetch, query: StoreQuery, max_pages: int | None = None):
 
 def sort_messages(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
     return sorted(messages, key=key_of)
+
+
+def _optional_bytes(row: Any, key: str) -> bytes | None:
+    value = row.get(key) if isinstance(row, dict) else None
+    return None if value is None else bytes(value)

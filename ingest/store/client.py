@@ -25,6 +25,7 @@ from ingest.framing import FrameReader, frame
 from ingest.host import build_host
 from ingest.settings import parse_peer
 from ingest.store.codec import STORE_CODEC, RemotePage, decode_rpc, page_from_response, query_to_proto
+from ingest.store.codec_v3 import STORE_V3_CODEC, decode_response
 from schemas import store_beta2_pb2 as pb
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -118,6 +119,21 @@ class StoreClient:
                         continue
                 return answer
             return None
+
+    async def query_v3(self, peer_id: ID, request: bytes) -> Any:
+        """Send one StoreQueryRequest (codec_v3.request(...)) on a new
+        /vac/waku/store-query/3.0.0 stream; the StoreQueryResponse."""
+        with trio.fail_after(self.timeout):
+            stream = await self.host.new_stream(peer_id, [TProtocol(STORE_V3_CODEC)])
+            try:
+                await stream.write(frame(request))
+                answer = await FrameReader(stream, MAX_RESPONSE_BYTES).read_frame()
+            finally:
+                with trio.move_on_after(1):
+                    await stream.close()
+        if answer is None:
+            raise StoreError("the store peer closed the stream without answering")
+        return decode_response(answer)
 
     async def query(self, peer_id: ID, query: StoreQuery, request_id: str | None = None) -> RemotePage:
         rpc = pb.HistoryRPC(request_id=request_id or uuid.uuid4().hex, query=query_to_proto(query))

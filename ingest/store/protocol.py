@@ -1,7 +1,8 @@
-"""The store protocol's decisions as pure functions (nwaku's `waku_store` handler shape): from a
-decoded request and the service's limits to the query to run or the reason it cannot be served,
-and from a page to the response. No I/O here: the server (ingest/store/server.py) frames,
-reads the page from the online reader (possibly in a worker thread) and writes.
+"""The store protocols' decisions as pure functions (nwaku's `waku_store` handler shape), for
+beta2 and v3: from a decoded request and the service's limits to the query to run or the reason
+it cannot be served, and from a page to the response. No I/O here: the server
+(ingest/store/server.py) frames, reads pages and resolves hashes with the online reader
+(possibly in a worker thread) and writes.
 
     query, reason = plan(rpc, limits)        # reason: a metric label, or None
     page = reader.query(query)               # only when reason is None
@@ -9,10 +10,12 @@ reads the page from the online reader (possibly in a worker thread) and writes.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from core.store_page import Page, StoreLimits, StoreQuery, check_query
+from core.store_page import Page, StoreLimits, StoreQuery, check_query, page_size_of
 from ingest.store.codec import query_from_proto, response_rpc
+from ingest.store.codec_v3 import BAD_REQUEST, hash_of
 from schemas import store_beta2_pb2 as pb
 
 REJECT_REASONS = ("too_many_content_topics", "bad_page_size", "bad_cursor_time", "bad_cursor_digest", "no_query",
@@ -32,3 +35,59 @@ def plan(rpc: pb.HistoryRPC, limits: StoreLimits) -> tuple[StoreQuery | None, st
 def respond(rpc: Any, page: Page | None) -> bytes:
     """The HistoryRPC answering `rpc` (its request_id) with `page` (None: empty)."""
     return response_rpc(rpc.request_id, page).SerializeToString()
+
+
+# --- store v3 ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class V3Plan:
+    """What a v3 request asks: a page of `query` after the message `cursor_hash` (a hash the
+    server resolves to a store position), or the messages with `hashes`."""
+    query: StoreQuery
+    cursor_hash: bytes | None = None
+    hashes: tuple[bytes, ...] = ()
+    include_data: bool = True
+
+
+def plan_v3(req: Any, limits: StoreLimits) -> tuple[V3Plan | None, tuple[int, str] | None]:
+    """(the plan, None) or (None, (status code, reason)) for a StoreQueryRequest, with the
+    reference nodes' rules: a hash lookup takes no content filter; at most max_content_topics,
+    none empty; a time window that is not reversed; a 32-byte cursor. The page size is capped
+    at the maximum (0 or absent: the default); the direction is backward unless forward."""
+    if not req.request_id:
+        return None, (BAD_REQUEST, "missing request_id")
+    hashes = tuple(bytes(h) for h in req.message_hashes)
+    topic = req.pubsub_topic if req.HasField("pubsub_topic") else ""
+    cts = tuple(req.content_topics)
+    if hashes:
+        if cts or topic:
+            return None, (BAD_REQUEST, "message_hashes cannot be combined with pubsub_topic or content_topics")
+        if any(len(h) != 32 for h in hashes):
+            return None, (BAD_REQUEST, "a message hash is not 32 bytes")
+        if len(hashes) > limits.max_page_size:
+            return None, (BAD_REQUEST, f"more than {limits.max_page_size} message hashes")
+        return V3Plan(StoreQuery(), hashes=hashes, include_data=req.include_data), None
+    if len(cts) > limits.max_content_topics:
+        return None, (BAD_REQUEST, f"more than {limits.max_content_topics} content topics")
+    if any(not c for c in cts):
+        return None, (BAD_REQUEST, "empty content topic")
+    start = req.time_start if req.HasField("time_start") else None
+    end = req.time_end if req.HasField("time_end") else None
+    if start is not None and end is not None and start > end:
+        return None, (BAD_REQUEST, "time_start is after time_end")
+    cursor = bytes(req.pagination_cursor) if req.HasField("pagination_cursor") else None
+    if cursor is not None and len(cursor) != 32:
+        return None, (BAD_REQUEST, "the cursor is not a 32-byte message hash")
+    limit = req.pagination_limit if req.HasField("pagination_limit") else 0
+    size = page_size_of(min(limit, limits.max_page_size) if limit else 0, limits)
+    query = StoreQuery(topic, cts, None, bool(req.pagination_forward), size, start, end)
+    return V3Plan(query, cursor, include_data=req.include_data), None
+
+
+def page_cursor_v3(page: Page, limit: int) -> bytes | None:
+    """The response cursor: the hash of the page's edge message (last forward, first backward)
+    when the page may have a successor (full, or cut short by the scan budget), else None."""
+    if not page.messages or (len(page.messages) < limit and not page.partial):
+        return None
+    edge = page.messages[-1] if page.forward else page.messages[0]
+    return hash_of(edge)

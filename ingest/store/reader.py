@@ -157,7 +157,7 @@ def _footer_stats(md: pq.FileMetaData) -> list[tuple[int, _Stats]]:
 class _Group:
     """A decoded row group and its filter columns as NumPy arrays (topics as dictionary codes)."""
 
-    __slots__ = ("table", "rt", "ps_codes", "ps_index", "ct_codes", "ct_index", "nbytes")
+    __slots__ = ("table", "rt", "ps_codes", "ps_index", "ct_codes", "ct_index", "nbytes", "_ts")
 
     def __init__(self, table: pa.Table) -> None:
         self.table = table
@@ -167,6 +167,71 @@ class _Group:
         self.ps_codes, self.ps_index = _codes(table["pubsub_topic"])
         self.ct_codes, self.ct_index = _codes(table["content_topic"])
         self.nbytes = table.nbytes + self.rt.nbytes + self.ps_codes.nbytes + self.ct_codes.nbytes
+        self._ts: np.ndarray | None = None
+
+    def time_ns(self) -> np.ndarray:
+        """Per row, what a time window compares: the sender timestamp (ns), or the receive time
+        when there is none (StoredMessage.time_ns)."""
+        if self._ts is None:
+            rt_ns = (self.rt * 1e9).astype(np.int64)
+            if "timestamp" in self.table.column_names:
+                ts = pc.fill_null(self.table["timestamp"].combine_chunks(), 0).to_numpy(zero_copy_only=False)
+                self._ts = np.where(ts == 0, rt_ns, ts.astype(np.int64))
+            else:
+                self._ts = rt_ns
+        return self._ts
+
+
+class _HashIndex:
+    """message hash -> (row group, row) per data file: the first 8 bytes of every hash of a file,
+    sorted, with their locations (16 bytes a row). Built from the message_hash column alone;
+    a lookup is a binary search per file, then one cached row group to confirm the full hash."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, path: str) -> bool:
+        """Index `path` unless it is already; True when it was indexed now."""
+        if path in self._files:
+            return False
+        pf = pq.ParquetFile(path)
+        if "message_hash" not in pf.schema_arrow.names:
+            keys, locs = np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64)
+        else:
+            parts_k, parts_l = [], []
+            for g in range(pf.metadata.num_row_groups):
+                col = pf.read_row_group(g, columns=["message_hash"])["message_hash"].combine_chunks()
+                prefixes = np.array([int.from_bytes(h[:8], "big") if h else 0
+                                     for h in col.to_pylist()], dtype=np.uint64)
+                parts_k.append(prefixes)
+                parts_l.append((np.uint64(g) << np.uint64(32)) | np.arange(len(prefixes), dtype=np.uint64))
+            keys = np.concatenate(parts_k) if parts_k else np.zeros(0, dtype=np.uint64)
+            locs = np.concatenate(parts_l) if parts_l else np.zeros(0, dtype=np.uint64)
+            order = np.argsort(keys, kind="stable")
+            keys, locs = keys[order], locs[order]
+        with self._lock:
+            self._files[path] = (keys, locs)
+        return True
+
+    def candidates(self, path: str, message_hash: bytes) -> list[tuple[int, int]]:
+        entry = self._files.get(path)
+        if entry is None:
+            return []
+        keys, locs = entry
+        prefix = np.uint64(int.from_bytes(message_hash[:8], "big"))
+        lo = int(np.searchsorted(keys, prefix, side="left"))
+        hi = int(np.searchsorted(keys, prefix, side="right"))
+        return [(int(v >> np.uint64(32)), int(v & np.uint64(0xFFFFFFFF))) for v in locs[lo:hi]]
+
+    def retain(self, live: set[str]) -> None:
+        with self._lock:
+            for path in [p for p in self._files if p not in live]:
+                del self._files[path]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self._files.values())
 
 
 def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, dict[str, int]]:
@@ -221,6 +286,7 @@ class StoreReader:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.row_groups_read = 0
+        self._hashes = _HashIndex()
         np.asarray(pa.array([0.0]))  # one-time Arrow/NumPy set-up (about a second), not on a query
 
     # --- the snapshot ---------------------------------------------------------------------
@@ -272,6 +338,7 @@ class StoreReader:
         for path in list(self._footers):
             if path not in live:
                 del self._footers[path]
+        self._hashes.retain(live)
         return Snapshot(version, files)
 
     def follow(self) -> None:
@@ -281,10 +348,12 @@ class StoreReader:
 
         def loop() -> None:
             self.preload()
+            self.index_hashes()
             while not self._stop.wait(self.settings.refresh_interval_s):
                 version = self.snapshot.version if self.snapshot else None
                 if self.refresh() != version:
                     self.preload()
+                    self.index_hashes()
 
         self.refresh()
         self._thread = threading.Thread(target=loop, name="store-reader-follow", daemon=True)
@@ -316,6 +385,39 @@ class StoreReader:
         if read:
             log.info("store reader: preloaded %d row groups (%.0f MiB)", read, used / 2**20)
         return read
+
+    # --- message hashes (store v3 cursors and lookups) -------------------------------------
+
+    def index_hashes(self) -> int:
+        """Index the message hashes of every data file of the snapshot not yet indexed (reads
+        only their message_hash column); returns the files indexed."""
+        snap = self.snapshot
+        done = 0
+        for f in (snap.files if snap else []):
+            if self._stop.is_set():
+                break
+            if self._hashes.add(f.path):
+                done += 1
+        return done
+
+    def locate(self, message_hash: bytes) -> StoredMessage | None:
+        """The stored message with this hash (its store position and fields), from the hash
+        index, or None when the table does not hold it."""
+        snap = self.snapshot
+        if snap is None:
+            self.refresh()
+            snap = self.snapshot
+            if snap is None:
+                return None
+        if len(message_hash) != 32:
+            return None
+        for f in snap.files:
+            self._hashes.add(f.path)
+            for group, row in self._hashes.candidates(f.path, message_hash):
+                g = self._read(f.path, group)
+                if "message_hash" in g.table.column_names and g.table["message_hash"][row].as_py() == message_hash:
+                    return StoredMessage.from_mapping(g.table.slice(row, 1).to_pylist()[0])
+        return None
 
     def close(self) -> None:
         self._stop.set()
@@ -375,6 +477,14 @@ class StoreReader:
             if not codes:
                 return []
             m = g.ct_codes == codes[0] if len(codes) == 1 else np.isin(g.ct_codes, codes)
+            mask = m if mask is None else mask & m
+        if query.time_start is not None or query.time_end is not None:
+            ts = g.time_ns()
+            m = np.ones(len(ts), dtype=bool)
+            if query.time_start is not None:
+                m &= ts >= query.time_start
+            if query.time_end is not None:
+                m &= ts <= query.time_end
             mask = m if mask is None else mask & m
         c = query.cursor
         rt = g.rt

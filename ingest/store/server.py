@@ -1,5 +1,6 @@
-"""The store server: answers HistoryRPC queries on /vac/waku/store/2.0.0-beta2 from the online
-reader (ingest/store/reader.py). Mounted on the bridge's host (ingest/node.py). The stream
+"""The store server: answers HistoryRPC queries on /vac/waku/store/2.0.0-beta2 and
+StoreQueryRequests on /vac/waku/store-query/3.0.0 from the same online reader
+(ingest/store/reader.py). Mounted on the bridge's host (ingest/node.py). The stream
 handler frames (ingest/framing.py) and runs the reader; what to answer is decided by the pure
 functions of ingest/store/protocol.py.
 
@@ -27,8 +28,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from core.config import Config, ConfigError
 from core.store_page import StoreLimits
 from ingest.framing import FrameError, FrameReader, frame
+from ingest.store import codec_v3
 from ingest.store.codec import STORE_CODEC, decode_rpc
-from ingest.store.protocol import REJECT_REASONS, plan, respond
+from ingest.store.codec_v3 import STORE_V3_CODEC
+from ingest.store.protocol import REJECT_REASONS, page_cursor_v3, plan, plan_v3, respond
 from ingest.store.reader import NotCached, ReaderSettings, StoreReader
 
 log = logging.getLogger("ingest.store")
@@ -76,6 +79,8 @@ class StoreMetrics:
                               ["reason"], registry=r)
         self.latency = Histogram("waku_store_query_seconds", "From a decoded query to its response written",
                                  buckets=LATENCY_BUCKETS, registry=r)
+        self.v3 = Counter("waku_store_v3_queries", "Store v3 queries answered, by status code", ["status"],
+                          registry=r)
         for reason in REJECT_REASONS:
             self.rejected.labels(reason)
         for reason in CLOSE_REASONS:
@@ -109,12 +114,14 @@ class StoreServer:
         reader.follow()
         server = cls(reader, settings, StoreMetrics(registry))
         server.mount(host)
-        log.info("store: serving %s from %s (table version %s)", STORE_CODEC, settings.reader.table_path,
+        log.info("store: serving %s and %s from %s (table version %s)", STORE_V3_CODEC, STORE_CODEC,
+                 settings.reader.table_path,
                  reader.snapshot.version if reader.snapshot else "none yet")
         return server
 
     def mount(self, host: Any) -> None:
         host.set_stream_handler(TProtocol(STORE_CODEC), self.handle)
+        host.set_stream_handler(TProtocol(STORE_V3_CODEC), self.handle_v3)
 
     def close(self) -> None:
         close = getattr(self.reader, "close", None)
@@ -122,6 +129,14 @@ class StoreServer:
             close()
 
     async def handle(self, stream: Any) -> None:
+        """beta2: HistoryRPC frames, each answered with a HistoryRPC."""
+        await self._serve(stream, decode_rpc, self._answer)
+
+    async def handle_v3(self, stream: Any) -> None:
+        """v3: StoreQueryRequest frames, each answered with a StoreQueryResponse."""
+        await self._serve(stream, codec_v3.decode_request, self._answer_v3)
+
+    async def _serve(self, stream: Any, decode: Any, answer: Any) -> None:
         if self._limiter is None and self.settings.max_concurrent_queries > 0:
             self._limiter = trio.CapacityLimiter(self.settings.max_concurrent_queries)
         frames = FrameReader(stream, self.settings.max_request_bytes)
@@ -135,12 +150,12 @@ class StoreServer:
                 if data is None:
                     return
                 try:
-                    rpc = decode_rpc(data)
+                    rpc = decode(data)
                 except DecodeError:
                     self.metrics.closed.labels("undecodable").inc()
                     log.debug("store: undecodable RPC from %s", _peer(stream))
                     return
-                await stream.write(frame(await self._answer(rpc, stream)))
+                await stream.write(frame(await answer(rpc, stream)))
         except FrameError as exc:
             self.metrics.closed.labels("bad_frame").inc()
             log.debug("store: %s from %s", exc, _peer(stream))
@@ -171,6 +186,51 @@ class StoreServer:
         self.metrics.latency.observe(time.perf_counter() - began)
         return out
 
+
+    async def _answer_v3(self, req: Any, stream: Any) -> bytes:
+        began = time.perf_counter()
+        self.metrics.queries.inc()
+        plan3, refusal = plan_v3(req, self.settings.limits)
+        if plan3 is None:
+            code, detail = refusal
+            out = codec_v3.response(req.request_id, code, detail)
+        else:
+            try:
+                code, detail, messages, cursor = await self._run_v3(plan3)
+            except Exception:  # noqa: BLE001 - answer 500, count, keep serving
+                log.exception("store: v3 query %r failed", req.request_id)
+                code, detail, messages, cursor = codec_v3.INTERNAL_ERROR, "the query failed", [], None
+            out = codec_v3.response(req.request_id, code, detail, messages, plan3.include_data, cursor)
+        self.metrics.v3.labels(str(code)).inc()
+        if code != codec_v3.OK:
+            log.debug("store: v3 query %r from %s answered %d %s", req.request_id, _peer(stream), code,
+                      detail if plan3 is not None else refusal[1])
+        self.metrics.latency.observe(time.perf_counter() - began)
+        return out
+
+    async def _run_v3(self, p: Any) -> tuple[int, str, list, bytes | None]:
+        """(status, detail, messages, response cursor) of a v3 plan. A page the scan budget cut
+        short with nothing found is continued here: a v3 client stops at the first empty page."""
+        if p.hashes:
+            found = await self._blocking(lambda: [m for m in map(self.reader.locate, p.hashes) if m is not None])
+            return codec_v3.OK, "", found, None
+        query = p.query
+        if p.cursor_hash is not None:
+            at = await self._blocking(self.reader.locate, p.cursor_hash)
+            if at is None:
+                return codec_v3.BAD_REQUEST, "the cursor is not a stored message", [], None
+            query = query.with_cursor(at.index)
+        while True:
+            page = await self._query(query)
+            if page.partial and not page.messages and page.cursor is not None:
+                query = query.with_cursor(page.cursor)
+                continue
+            return codec_v3.OK, "", page.messages, page_cursor_v3(page, query.page_size)
+
+    async def _blocking(self, fn: Any, *args: Any) -> Any:
+        if self.settings.max_concurrent_queries == 0:
+            return fn(*args)
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
     async def _query(self, query: Any) -> Any:
         """Pages whose data is in the reader's cache are answered inline (no thread hand-off:

@@ -30,6 +30,13 @@ def history_page_df(messages: "DataFrame", query: StoreQuery, limits: StoreLimit
         df = df.where(F.col("pubsub_topic") == query.pubsub_topic)
     if query.content_topics:
         df = df.where(F.col("content_topic").isin(list(query.content_topics)))
+    if query.time_start is not None or query.time_end is not None:
+        t_ns = F.when(F.col("timestamp").isNull() | (F.col("timestamp") == 0),
+                      (F.col("received_time") * F.lit(1e9)).cast("bigint")).otherwise(F.col("timestamp"))
+        if query.time_start is not None:
+            df = df.where(t_ns >= F.lit(query.time_start))
+        if query.time_end is not None:
+            df = df.where(t_ns <= F.lit(query.time_end))
     c = query.cursor
     if c is not None:
         t, d = F.lit(c.received_time), F.lit(bytearray(c.digest))

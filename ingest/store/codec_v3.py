@@ -1,0 +1,84 @@
+"""Store v3 wire format (/vac/waku/store-query/3.0.0): StoreQueryRequest/StoreQueryResponse
+(framed by ingest/framing.py) and their mapping to core/store_page.py's StoreQuery.
+
+- The cursor is a message hash; the server resolves it to the message's store position.
+- Pages are oldest first (as beta2 and nwaku); the response cursor is the hash of the last
+  (forward) or first (backward) message of a full page, absent at the end.
+- Each message goes out with its hash and pubsub topic, and the WakuMessage when include_data.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from core.message import message_hash
+from core.store_page import StoredMessage
+from schemas import store_v3_pb2 as pb3
+from schemas.waku_message_pb2 import WakuMessage
+
+STORE_V3_CODEC = "/vac/waku/store-query/3.0.0"
+
+OK = 200
+BAD_REQUEST = 400
+TOO_MANY_REQUESTS = 429
+INTERNAL_ERROR = 500
+SERVICE_UNAVAILABLE = 503
+STATUS_NAMES = {OK: "OK", BAD_REQUEST: "BAD_REQUEST", TOO_MANY_REQUESTS: "TOO_MANY_REQUESTS",
+                INTERNAL_ERROR: "INTERNAL_SERVER_ERROR", SERVICE_UNAVAILABLE: "SERVICE_UNAVAILABLE"}
+
+
+def decode_request(data: bytes) -> pb3.StoreQueryRequest:
+    """Raises DecodeError when the bytes are not a StoreQueryRequest."""
+    return pb3.StoreQueryRequest.FromString(data)
+
+
+def hash_of(m: StoredMessage) -> bytes:
+    if m.message_hash:
+        return m.message_hash
+    return message_hash(m.pubsub_topic, m.payload, m.content_topic, m.meta, m.timestamp)
+
+
+def waku_message_of(m: StoredMessage) -> WakuMessage:
+    w = WakuMessage(payload=m.payload, content_topic=m.content_topic)
+    if m.version is not None:
+        w.version = m.version
+    if m.timestamp is not None:
+        w.timestamp = m.timestamp
+    if m.meta is not None:
+        w.meta = m.meta
+    if m.rate_limit_proof is not None:
+        w.rate_limit_proof = m.rate_limit_proof
+    return w
+
+
+def response(request_id: str, code: int, detail: str = "", messages: Iterable[StoredMessage] = (),
+             include_data: bool = True, cursor: bytes | None = None) -> bytes:
+    name = STATUS_NAMES.get(code, str(code))
+    r = pb3.StoreQueryResponse(request_id=request_id, status_code=code,
+                               status_desc=f"{name}: {detail}" if detail else name)
+    for m in messages:
+        kv = r.messages.add(message_hash=hash_of(m), pubsub_topic=m.pubsub_topic)
+        if include_data:
+            kv.message.CopyFrom(waku_message_of(m))
+    if cursor is not None:
+        r.pagination_cursor = cursor
+    return r.SerializeToString()
+
+
+def request(request_id: str, *, pubsub_topic: str | None = None, content_topics: Iterable[str] = (),
+            cursor: bytes | None = None, forward: bool = False, limit: int | None = None,
+            include_data: bool = True, hashes: Iterable[bytes] = (), time_start: int | None = None,
+            time_end: int | None = None) -> bytes:
+    """A StoreQueryRequest (our client side and tests)."""
+    q = pb3.StoreQueryRequest(request_id=request_id, include_data=include_data,
+                              content_topics=list(content_topics), message_hashes=list(hashes),
+                              pagination_forward=forward)
+    for name, value in (("pubsub_topic", pubsub_topic), ("pagination_cursor", cursor), ("pagination_limit", limit),
+                        ("time_start", time_start), ("time_end", time_end)):
+        if value is not None:
+            setattr(q, name, value)
+    return q.SerializeToString()
+
+
+def decode_response(data: bytes) -> Any:
+    return pb3.StoreQueryResponse.FromString(data)
