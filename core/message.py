@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from dataclasses import dataclass
 from typing import Any
+
+# 14/WAKU2-MESSAGE limits of the reference nodes (configurable: limits.*).
+MAX_MESSAGE_BYTES = 153_600  # 150 KiB
+MAX_META_BYTES = 64
 
 
 def message_hash(
@@ -48,3 +53,31 @@ def hash_of(pubsub_topic: str, msg: Any) -> bytes:
     """The message hash of a decoded WakuMessage (schemas.waku_message_pb2) on `pubsub_topic`."""
     return message_hash(pubsub_topic, msg.payload, msg.content_topic,
                         msg.meta if msg.HasField("meta") else None, timestamp_ns(msg))
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    max_meta_bytes: int = MAX_META_BYTES
+
+
+def check_message(data: bytes, limits: Limits = Limits()) -> tuple[Any | None, str | None]:
+    """Decode and validate a WakuMessage as the reference nodes accept it from relay or
+    lightpush: (message, None) or (None, reason), reason one of "oversized", "undecodable",
+    "empty_content_topic", "meta_too_long"."""
+    from google.protobuf.message import DecodeError
+
+    from schemas.waku_message_pb2 import WakuMessage
+
+    if len(data) > limits.max_message_bytes:
+        return None, "oversized"
+    msg = WakuMessage()
+    try:
+        msg.ParseFromString(data)
+    except DecodeError:
+        return None, "undecodable"
+    if not msg.content_topic:
+        return None, "empty_content_topic"
+    if msg.HasField("meta") and len(msg.meta) > limits.max_meta_bytes:
+        return None, "meta_too_long"
+    return msg, None

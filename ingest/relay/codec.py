@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from dataclasses import dataclass
 
-from google.protobuf.message import DecodeError
 
+from core.message import MAX_MESSAGE_BYTES, MAX_META_BYTES, Limits, check_message  # noqa: F401
 from core.topics import DEFAULT_PUBSUB_TOPIC, check_pubsub_topic  # noqa: F401 - part of the relay API
 from schemas.waku_message_pb2 import WakuMessage
 
@@ -22,8 +21,6 @@ RELAY_CODEC_BETA2 = "/vac/waku/relay/2.0.0-beta2"
 RELAY_CODECS = (RELAY_CODEC, RELAY_CODEC_BETA2)
 
 
-MAX_MESSAGE_BYTES = 153_600  # 150 KiB, the reference nodes' limit (configurable: limits.*)
-MAX_META_BYTES = 64
 
 
 class Reject(str, enum.Enum):
@@ -53,23 +50,8 @@ def check_no_sign(from_id: bytes, seqno: bytes, signature: bytes, key: bytes) ->
     return None
 
 
-@dataclass(frozen=True)
-class Limits:
-    max_message_bytes: int = MAX_MESSAGE_BYTES
-    max_meta_bytes: int = MAX_META_BYTES
-
-
 def decode_waku_message(data: bytes, limits: Limits = Limits()) -> tuple[WakuMessage | None, Reject | None]:
-    """Decode and validate a relayed WakuMessage: (message, None) or (None, reason)."""
-    if len(data) > limits.max_message_bytes:
-        return None, Reject.OVERSIZED
-    msg = WakuMessage()
-    try:
-        msg.ParseFromString(data)
-    except DecodeError:
-        return None, Reject.UNDECODABLE
-    if not msg.content_topic:
-        return None, Reject.EMPTY_CONTENT_TOPIC
-    if msg.HasField("meta") and len(msg.meta) > limits.max_meta_bytes:
-        return None, Reject.META_TOO_LONG
-    return msg, None
+    """Decode and validate a relayed WakuMessage: (message, None) or (None, reason) (the rules
+    are the message model's, core/message.check_message)."""
+    msg, reason = check_message(data, limits)
+    return msg, None if reason is None else Reject(reason)

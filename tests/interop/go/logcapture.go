@@ -20,8 +20,8 @@ var watchedMessages = map[string]bool{
 	// lightpush/waku_lightpush.go Publish: the stream / response error
 	"could not publish message": true,
 	// metadata/waku_metadata.go: the reason the peer was dropped
-	"disconnecting from peer": true,
-	"shard mismatch":          true,
+	"disconnecting from peer":      true,
+	"shard mismatch":               true,
 	"could not obtain peer shards": true,
 	// relay/waku_relay.go pubsubTopicMsgHandler: a relayed message that is not a
 	// WakuMessage stops go-waku's handler for the topic (go-waku returns from the loop)
@@ -89,10 +89,14 @@ func (c *captureCore) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcor
 
 type hookCore struct{ ctx []zapcore.Field }
 
-func (h hookCore) Enabled(zapcore.Level) bool              { return true }
-func (h hookCore) With(f []zapcore.Field) zapcore.Core      { return hookCore{ctx: append(append([]zapcore.Field{}, h.ctx...), f...)} }
-func (h hookCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry { return ce.AddCore(e, h) }
-func (h hookCore) Sync() error                              { return nil }
+func (h hookCore) Enabled(zapcore.Level) bool { return true }
+func (h hookCore) With(f []zapcore.Field) zapcore.Core {
+	return hookCore{ctx: append(append([]zapcore.Field{}, h.ctx...), f...)}
+}
+func (h hookCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	return ce.AddCore(e, h)
+}
+func (h hookCore) Sync() error { return nil }
 func (h hookCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {
 	c := captured{Message: ent.Message, Fields: map[string]any{}}
 	enc := zapcore.NewMapObjectEncoder()

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"sort"
@@ -85,6 +84,8 @@ type options struct {
 	startNs       int64
 	endNs         int64
 	skipRateLimit bool
+
+	set map[string]bool // flags given on the command line
 }
 
 func (o *options) contentTopic() string {
@@ -125,7 +126,7 @@ func parseArgs(args []string) (*options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "warn", "stderr log level: debug, info, warn, error")
 
 	fs.Float64Var(&o.seconds, "seconds", 10, "stay/filter: how long to stay connected / subscribed")
-	fs.IntVar(&o.count, "count", 1, "messages to publish / push / receive (filter: stop early after N distinct pushes, 0 = never)")
+	fs.IntVar(&o.count, "count", 1, "messages to publish / push / receive (default 1; filter: stop early after N distinct pushes, default 0 = never)")
 	fs.Float64Var(&o.rate, "rate", 0, "relay-publish/lightpush: messages per second, 0 = as fast as possible")
 	fs.IntVar(&o.payloadSize, "payload-size", 0, "relay-publish/lightpush: pad each payload to this many bytes")
 	fs.BoolVar(&o.quiet, "quiet", false, "relay-publish/relay-receive/lightpush: no event line per message")
@@ -147,6 +148,11 @@ func parseArgs(args []string) (*options, error) {
 
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
+	}
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	if o.command == "filter" && !o.set["count"] {
+		o.count = 0 // filter: no early stop unless asked
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -290,5 +296,3 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(ks)
 	return ks
 }
-
-var _ = io.Discard

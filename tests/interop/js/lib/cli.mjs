@@ -56,6 +56,9 @@ const FLAGS = {
 
 export class UsageError extends Error {}
 
+/** A step of the command failed: the summary carries `error` and the exit code is 1. */
+export class StepError extends Error {}
+
 export function parseArgs(argv) {
   const [command, ...rest] = argv;
   if (!command || command === "-h" || command === "--help") {

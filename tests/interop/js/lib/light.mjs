@@ -11,6 +11,7 @@ import {
   log,
   payloadText,
   sleep,
+  StepError,
   TimeoutError,
   withTimeout,
 } from "./cli.mjs";
@@ -23,9 +24,6 @@ export const CODECS = {
   lightpushV2: wakuCore.LightPushCodecV2,
   metadata: wakuCore.MetadataCodec,
 };
-
-/** A step of the command failed: the summary carries `error` and the exit code is 1. */
-export class StepError extends Error {}
 
 export async function createNode(opts, r) {
   return createLightNode({
