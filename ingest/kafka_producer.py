@@ -31,12 +31,22 @@ log = logging.getLogger("ingest.kafka")
 _LOG_EVERY_S = 10.0
 
 
+class _Waiter:
+    """Set when one record is acknowledged (ok) or refused for good."""
+    __slots__ = ("event", "ok")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.ok = False
+
+
 @dataclass(slots=True)
 class _Record:
     key: bytes
     value: bytes
     arrival: float  # time.perf_counter() when the message arrived
     attempts: int = 0
+    waiter: _Waiter | None = None
 
 
 @dataclass
@@ -125,6 +135,20 @@ class IngestProducer:
 
     async def put(self, key: bytes, value: bytes, arrival: float) -> bool:
         """Hand one record over; False when it had to be dropped (already counted and logged)."""
+        return await self._put(_Record(key, value, arrival))
+
+    async def put_acked(self, key: bytes, value: bytes, arrival: float, timeout_s: float) -> bool:
+        """Hand one record over and wait until Kafka acknowledges it: True when it did within
+        `timeout_s`; False when it was dropped, refused or is still unacknowledged (it then
+        stays buffered and is retried like any other)."""
+        waiter = _Waiter()
+        if not await self._put(_Record(key, value, arrival, waiter=waiter)):
+            return False
+        with trio.move_on_after(timeout_s):
+            await waiter.event.wait()
+        return waiter.ok
+
+    async def _put(self, record: _Record) -> bool:
         if self._closing:
             self._drop("shutdown", 1, "kafka: producer closing, record dropped")
             return False
@@ -138,7 +162,7 @@ class IngestProducer:
         self.stats.outstanding(self._outstanding)
         if self._idle.is_set():
             self._idle = trio.Event()
-        self._pending.append(_Record(key, value, arrival))
+        self._pending.append(record)
         self._wake.set()
         return True
 
@@ -193,11 +217,16 @@ class IngestProducer:
             record, error = self._acked.popleft()
             if error is None:
                 done += 1
+                if record.waiter is not None:
+                    record.waiter.ok = True
+                    record.waiter.event.set()
             elif getattr(error, "retriable", False) or _is_timeout(error):
                 retry.append(record)
             else:
                 done += 1
                 self._drop("kafka_rejected", 1, "kafka: record refused for good: %r", error)
+                if record.waiter is not None:
+                    record.waiter.event.set()
         if retry:
             self._warn("retry", "kafka: delivery of %d records failed (%s), sending them again",
                        len(retry), type(self._last_error).__name__)

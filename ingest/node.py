@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any, TextIO
 
 import multiaddr
@@ -15,16 +16,19 @@ import trio
 from libp2p.crypto.keys import KeyPair
 from libp2p.tools.anyio_service import background_trio_service
 
+from core.message import check_message
 from core.records import ingest_key, ingest_value
 from ingest.filter.service import FilterService
 from ingest.host import ListenError, build_host, check_listen_addrs, listen_addrs
 from ingest.identity import load_or_create_key, peer_id_of
 from ingest.kafka_producer import IngestProducer, ProducerSettings
+from ingest.lightpush.protocol import Accepted, PushContext
+from ingest.lightpush.service import LightpushService
+from ingest.metadata.service import MetadataService
 from ingest.metrics import DROP_REASONS, BridgeMetrics
 from ingest.relay.codec import Reject
 from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
-from ingest.metadata.service import MetadataService
 from ingest.settings import BridgeSettings, node_shards
 from ingest.store.server import StoreServer
 from schemas import pipeline_records_pb2 as pr
@@ -73,6 +77,7 @@ class Bridge:
         self._metrics_server: Any = None
         self.filter: FilterService | None = None  # the filter service, when settings.filter is set
         self.metadata: MetadataService | None = None
+        self.lightpush: LightpushService | None = None
 
     def stop(self) -> None:
         """Ask `run` to shut down (from the trio thread)."""
@@ -145,6 +150,13 @@ class Bridge:
                 # /vac/waku/metadata/1.0.0: before any peer is dialled, so every connection is checked.
                 self.metadata = MetadataService(host, node_shards(self.settings), self.metrics.registry)
                 await nursery.start(self.metadata.run)
+                if self.settings.lightpush_enabled:
+                    s = self.settings
+                    ctx = PushContext(frozenset(s.pubsub_topics), s.cluster_id, s.num_shards_in_cluster,
+                                      lambda data: check_message(data, s.limits))
+                    self.lightpush = LightpushService(host, ctx, store=self._store_pushed, relay=self._relay,
+                                                      registry=self.metrics.registry)
+                    self.lightpush.mount()
                 nursery.start_soon(self._keep_dialled)
                 nursery.start_soon(self._update_gauges)
                 fs = self.settings.filter
@@ -155,6 +167,21 @@ class Bridge:
                 task_status.started(self)
                 await self._stop.wait()
                 nursery.cancel_scope.cancel()
+
+    async def _store_pushed(self, accepted: Accepted) -> bool:
+        """A lightpushed message into Kafka (source lightpush); True once acknowledged."""
+        assert self.producer is not None
+        topic = accepted.pubsub_topic
+        return await self.producer.put_acked(
+            ingest_key(topic, accepted.message),
+            ingest_value(topic, accepted.data, time.time(), self.bridge_id, pr.LIGHTPUSH),
+            time.perf_counter(), self.settings.lightpush_timeout_s)
+
+    async def _relay(self, topic: str, data: bytes) -> int:
+        """Publish on relay; the number of relay peers it goes to (mesh, else fanout)."""
+        assert self.pubsub is not None and self.router is not None
+        await self.pubsub.publish(topic, data)
+        return len(self.router.mesh.get(topic) or self.router.fanout.get(topic) or ())
 
     async def _keep_dialled(self) -> None:
         """Dial every static peer at start, and again whenever it is not connected."""

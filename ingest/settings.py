@@ -38,6 +38,8 @@ class BridgeSettings:
     producer_delivery_timeout_s: float
     shutdown_timeout_s: float
     max_rpc_bytes: int
+    lightpush_enabled: bool
+    lightpush_timeout_s: float
     store: StoreServiceSettings | None = None  # the store service ([store_service]); None: off
     filter: FilterSettings | None = None  # the filter service ([filter]); None: off
 
@@ -69,7 +71,8 @@ class BridgeSettings:
         for key in ("producer_max_outstanding", "max_rpc_bytes"):
             if b[key] < 1:
                 raise ConfigError(f"bridge.{key}: expected at least 1, got {b[key]}")
-        for key in ("redial_interval_s", "backpressure_timeout_s", "producer_delivery_timeout_s", "shutdown_timeout_s"):
+        for key in ("redial_interval_s", "backpressure_timeout_s", "producer_delivery_timeout_s", "shutdown_timeout_s",
+                    "lightpush_timeout_s"):
             if b[key] <= 0:
                 raise ConfigError(f"bridge.{key}: expected a positive number of seconds, got {b[key]}")
         if b["producer_linger_ms"] < 0:
@@ -100,6 +103,8 @@ class BridgeSettings:
             producer_delivery_timeout_s=b["producer_delivery_timeout_s"],
             shutdown_timeout_s=b["shutdown_timeout_s"],
             max_rpc_bytes=b["max_rpc_bytes"],
+            lightpush_enabled=b["lightpush_enabled"],
+            lightpush_timeout_s=b["lightpush_timeout_s"],
             store=StoreServiceSettings.from_config(config) if config.get("store_service.enabled") else None,
             filter=FilterSettings.from_config(config, topics[0]) if config.get("filter.enabled") else None,
         )

@@ -24,6 +24,8 @@ class Rule:
     why: str
 
 
+PROTOCOLS = ("relay", "store", "filter", "metadata", "lightpush")
+
 RULES: tuple[Rule, ...] = (
     # The shared core imports neither side, nor the tools.
     Rule("core", ("ingest", "pipeline", "jobs", "tools"), "the core is shared: it imports neither side"),
@@ -40,16 +42,16 @@ RULES: tuple[Rule, ...] = (
     Rule("pipeline.store", ("pipeline.filter",), "one package per capability"),
     Rule("pipeline.filter", ("pipeline.store",), "one package per capability"),
     # Inside the bridge: one package per protocol, assembled by ingest.node.
-    Rule("ingest.relay", ("ingest.store", "ingest.filter", "ingest.metadata", "ingest.node"), "protocols are apart"),
-    Rule("ingest.store", ("ingest.relay", "ingest.filter", "ingest.metadata", "ingest.node"), "protocols are apart"),
-    Rule("ingest.filter", ("ingest.relay", "ingest.store", "ingest.metadata", "ingest.node"), "protocols are apart"),
-    Rule("ingest.metadata", ("ingest.relay", "ingest.store", "ingest.filter", "ingest.node"), "protocols are apart"),
+    *(Rule(f"ingest.{p}", tuple(f"ingest.{q}" for q in PROTOCOLS if q != p) + ("ingest.node",), "protocols are apart")
+      for p in PROTOCOLS),
     # Protocol handlers are pure functions: no service, no I/O.
     Rule("ingest.filter.protocol", ("ingest.filter.service", "ingest.filter.pusher", "trio", "libp2p", "kafka"),
          "a protocol handler is a pure function"),
     Rule("ingest.store.protocol", ("ingest.store.server", "ingest.store.reader", "trio", "libp2p", "deltalake"),
          "a protocol handler is a pure function"),
     Rule("ingest.metadata.protocol", ("ingest.metadata.service", "trio", "libp2p"), "a protocol handler is a pure function"),
+    Rule("ingest.lightpush.protocol", ("ingest.lightpush.service", "trio", "libp2p", "kafka"),
+         "a protocol handler is a pure function"),
 )
 
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
-	"github.com/libp2p/go-libp2p/core/event"
+	levent "github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
@@ -112,7 +112,7 @@ func newSession(ctx context.Context, o *options, logger *zap.Logger, nc nodeConf
 			}
 		},
 	})
-	sub, err := h.EventBus().Subscribe([]any{new(event.EvtPeerIdentificationCompleted), new(event.EvtPeerProtocolsUpdated)})
+	sub, err := h.EventBus().Subscribe([]any{new(levent.EvtPeerIdentificationCompleted), new(levent.EvtPeerProtocolsUpdated)})
 	if err == nil {
 		go func() {
 			defer sub.Close()
@@ -125,11 +125,11 @@ func newSession(ctx context.Context, o *options, logger *zap.Logger, nc nodeConf
 						return
 					}
 					switch ev := e.(type) {
-					case event.EvtPeerIdentificationCompleted:
+					case levent.EvtPeerIdentificationCompleted:
 						if ev.Peer == s.peerID {
 							s.snapshotProtocols()
 						}
-					case event.EvtPeerProtocolsUpdated:
+					case levent.EvtPeerProtocolsUpdated:
 						if ev.Peer == s.peerID {
 							s.snapshotProtocols()
 						}

@@ -1,0 +1,60 @@
+"""Lightpush wire facts: protocol ids, the reference status codes, request/response encodings."""
+from __future__ import annotations
+
+from typing import Any
+
+from schemas import lightpush_pb2 as pb
+
+LIGHTPUSH_V3_CODEC = "/vac/waku/lightpush/3.0.0"
+LIGHTPUSH_V2_CODEC = "/vac/waku/lightpush/2.0.0-beta1"
+MAX_REQUEST_BYTES = 256 * 1024  # one WakuMessage (<= 150 KiB) plus the envelope
+
+# nwaku's LightPushStatusCode
+SUCCESS = 200
+BAD_REQUEST = 400
+PAYLOAD_TOO_LARGE = 413
+INVALID_MESSAGE = 420
+UNSUPPORTED_PUBSUB_TOPIC = 421
+TOO_MANY_REQUESTS = 429
+INTERNAL_SERVER_ERROR = 500
+SERVICE_NOT_AVAILABLE = 503
+OUT_OF_RLN_PROOF = 504
+NO_PEERS_TO_RELAY = 505
+STATUS_NAMES = {SUCCESS: "SUCCESS", BAD_REQUEST: "BAD_REQUEST", PAYLOAD_TOO_LARGE: "PAYLOAD_TOO_LARGE",
+                INVALID_MESSAGE: "INVALID_MESSAGE_ERROR", UNSUPPORTED_PUBSUB_TOPIC: "UNSUPPORTED_PUBSUB_TOPIC",
+                TOO_MANY_REQUESTS: "TOO_MANY_REQUESTS", INTERNAL_SERVER_ERROR: "INTERNAL_SERVER_ERROR",
+                SERVICE_NOT_AVAILABLE: "SERVICE_NOT_AVAILABLE", OUT_OF_RLN_PROOF: "OUT_OF_RLN_PROOF",
+                NO_PEERS_TO_RELAY: "NO_PEERS_TO_RELAY"}
+
+
+def status_desc(code: int, detail: str = "") -> str:
+    name = STATUS_NAMES.get(code, str(code))
+    return f"{name}: {detail}" if detail else name
+
+
+def v3_response(request_id: str, code: int, detail: str = "", relay_peers: int | None = None) -> bytes:
+    r = pb.LightpushResponse(request_id=request_id, status_code=code)
+    if code != SUCCESS or detail:
+        r.status_desc = status_desc(code, detail)
+    if relay_peers is not None:
+        r.relay_peer_count = relay_peers
+    return r.SerializeToString()
+
+
+def v2_response(request_id: str, code: int, detail: str = "") -> bytes:
+    resp = pb.PushResponse(is_success=code == SUCCESS)
+    if code != SUCCESS:
+        resp.info = status_desc(code, detail)
+    return pb.PushRPC(request_id=request_id, response=resp).SerializeToString()
+
+
+def v3_request(request_id: str, message: Any, pubsub_topic: str | None = None) -> bytes:
+    r = pb.LightpushRequest(request_id=request_id, message=message)
+    if pubsub_topic is not None:
+        r.pubsub_topic = pubsub_topic
+    return r.SerializeToString()
+
+
+def v2_request(request_id: str, message: Any, pubsub_topic: str) -> bytes:
+    return pb.PushRPC(request_id=request_id, request=pb.PushRequest(pubsub_topic=pubsub_topic,
+                                                                   message=message)).SerializeToString()
