@@ -103,7 +103,7 @@ class Bridge:
         self.host = host = build_host(self.key_pair, self.listen_addrs)
         self.router, self.pubsub = new_relay(
             host, validator=WakuMessageValidator(s.limits), sink=self._sink, observer=self.metrics,
-            max_rpc_bytes=s.max_rpc_bytes,
+            max_rpc_bytes=s.max_rpc_bytes, max_messages_per_rpc=s.relay_max_messages_per_rpc,
         )
         if s.store is not None:  # /vac/waku/store/2.0.0-beta2, answered from the Delta store
             self.store = StoreServer.start(host, s.store, self.metrics.registry)

@@ -38,6 +38,7 @@ class BridgeSettings:
     producer_delivery_timeout_s: float
     shutdown_timeout_s: float
     max_rpc_bytes: int
+    relay_max_messages_per_rpc: int
     lightpush_enabled: bool
     lightpush_timeout_s: float
     store: StoreServiceSettings | None = None  # the store service ([store_service]); None: off
@@ -68,7 +69,7 @@ class BridgeSettings:
             if cluster and shard is not None and shard[0] != cluster:
                 raise ConfigError(f"bridge.pubsub_topics: {topic} is not a shard of bridge.cluster_id {cluster}")
         peers = tuple(parse_peer(p, "bridge.static_peers") for p in b["static_peers"])
-        for key in ("producer_max_outstanding", "max_rpc_bytes"):
+        for key in ("producer_max_outstanding", "max_rpc_bytes", "relay_max_messages_per_rpc"):
             if b[key] < 1:
                 raise ConfigError(f"bridge.{key}: expected at least 1, got {b[key]}")
         for key in ("redial_interval_s", "backpressure_timeout_s", "producer_delivery_timeout_s", "shutdown_timeout_s",
@@ -103,6 +104,7 @@ class BridgeSettings:
             producer_delivery_timeout_s=b["producer_delivery_timeout_s"],
             shutdown_timeout_s=b["shutdown_timeout_s"],
             max_rpc_bytes=b["max_rpc_bytes"],
+            relay_max_messages_per_rpc=b["relay_max_messages_per_rpc"],
             lightpush_enabled=b["lightpush_enabled"],
             lightpush_timeout_s=b["lightpush_timeout_s"],
             store=StoreServiceSettings.from_config(config) if config.get("store_service.enabled") else None,

@@ -71,6 +71,10 @@ GOSSIP_HISTORY = 5   # heartbeats a message stays in the cache (IWANT)
 MAX_RPC_BYTES = 1024 * 1024
 OUTBOUND_QUEUE_RPCS = 4096   # py-libp2p: 32
 COALESCE_BYTES = 256 * 1024  # queued RPCs merged into one frame up to this size
+# Published messages per outgoing RPC. go-libp2p senders put one per RPC, and its receivers
+# push every message of an RPC into a 32-deep validation queue at once (dropping the rest):
+# more than a few per RPC loses messages at go-waku peers under a burst.
+MAX_MESSAGES_PER_RPC = 1
 MAX_IHAVE_LENGTH = 5000  # message ids per IHAVE (go-libp2p / nim-libp2p); 0.8.1 sends all
 READ_CHUNK = 256 * 1024
 _WARN_EVERY_S = 10.0
@@ -330,6 +334,7 @@ class RelayPubsub(Pubsub):
         max_rpc_bytes: int = MAX_RPC_BYTES,
         outbound_queue_rpcs: int = OUTBOUND_QUEUE_RPCS,
         coalesce_bytes: int = COALESCE_BYTES,
+        max_messages_per_rpc: int = MAX_MESSAGES_PER_RPC,
     ) -> None:
         super().__init__(
             host,
@@ -346,6 +351,7 @@ class RelayPubsub(Pubsub):
         self.observer = observer or router.observer
         self.outbound_queue_rpcs = outbound_queue_rpcs
         self.coalesce_bytes = coalesce_bytes
+        self.max_messages_per_rpc = max(1, max_messages_per_rpc)
         self._warn_sub = _RateLimitedWarning(log)
 
     # -- joining topics --------------------------------------------------------------------
@@ -493,7 +499,9 @@ class RelayPubsub(Pubsub):
 
     async def handle_sending_messages(self, peer_id: ID, stream: INetStream, queue: RpcQueue) -> None:
         """Per-peer sender: a deeper queue than 0.8.1's 32 RPCs, and the RPCs queued while a
-        write was in progress go out merged in one frame (0.8.1 writes one frame each)."""
+        write was in progress go out merged in one frame (0.8.1 writes one frame each), with at
+        most `max_messages_per_rpc` published messages in it (control and subscriptions ride
+        along)."""
         pq = queue._queue  # the PriorityQueue inside RpcQueue (0.8.1)
         pq.max_size = self.outbound_queue_rpcs
         carry: rpc_pb2.RPC | None = None
@@ -512,7 +520,8 @@ class RelayPubsub(Pubsub):
                         if nxt is None:
                             break
                         n = nxt.ByteSize()
-                        if size + n > self.coalesce_bytes:
+                        if size + n > self.coalesce_bytes or \
+                                len(merged.publish) + len(nxt.publish) > self.max_messages_per_rpc:
                             carry = nxt
                             break
                         merged.MergeFrom(nxt)
@@ -537,10 +546,11 @@ def new_relay(
     observer: RelayObserver | None = None,
     protocols: Sequence[str] = RELAY_CODECS,
     max_rpc_bytes: int = MAX_RPC_BYTES,
+    max_messages_per_rpc: int = MAX_MESSAGES_PER_RPC,
 ) -> tuple[WakuRelayRouter, RelayPubsub]:
     """A router and pubsub pair on `host` (run both with libp2p's background_trio_service)."""
     router = WakuRelayRouter(protocols, observer=observer)
     pubsub = RelayPubsub(host, router, validator=validator, sink=sink, observer=observer,
-                         max_rpc_bytes=max_rpc_bytes)
+                         max_rpc_bytes=max_rpc_bytes, max_messages_per_rpc=max_messages_per_rpc)
     return router, pubsub
 
