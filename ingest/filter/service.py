@@ -29,6 +29,7 @@ from ingest.filter.settings import FilterSettings
 from ingest.filter.state import Change, SubscriptionView
 from ingest.framing import FrameReader, frame
 from ingest.kafka_producer import IngestProducer, ProducerSettings
+from ingest.ratelimit import TokenBucket
 from schemas import filter_v00_pb2 as f00
 from schemas import filter_v2_pb2 as fv2
 from schemas import pipeline_records_pb2 as pr
@@ -186,6 +187,9 @@ class FilterService:
                 self.view.apply(peer, change, now)
                 if change.op in (pr.UNSUBSCRIBE, pr.UNSUBSCRIBE_ALL):
                     self.peer_changed(peer)
+                elif change.op == pr.REFRESH:  # it answers: reachable, whatever pushes did
+                    self._push_failing.discard(peer)
+                    self.view.mark_reachable(peer, True, now)
             return response.code, response.detail
 
     # -- events ---------------------------------------------------------------------------------
@@ -272,14 +276,24 @@ class FilterService:
                 self.metrics.pushes.labels("queue_full").inc()
 
     async def _push_worker(self, peer: str, recv: trio.MemoryReceiveChannel) -> None:
-        """Pushes to one peer, up to PUSHES_IN_FLIGHT streams at a time (a stream per message
-        costs a protocol negotiation round trip; one at a time capped a peer at ~20 pushes/s)."""
+        """Pushes to one peer, paced by a token bucket (filter.push_rate_per_peer, burst
+        push_burst_per_peer: what go-waku's light client accepts), up to PUSHES_IN_FLIGHT streams
+        at a time (a stream per message costs a negotiation round trip); a failed push is tried
+        again up to push_retries times, paced like the others, before it counts as failed."""
         peer_id = ID.from_base58(peer)
         slots = trio.Semaphore(PUSHES_IN_FLIGHT)
+        s = self.settings
+        bucket = TokenBucket(s.push_rate_per_peer, s.push_burst_per_peer, trio.current_time)
 
         async def push(rec: Any, protocol: str, request_id: str) -> None:
             try:
                 ok = await self._push_one(peer_id, rec, protocol, request_id)
+                for _ in range(s.push_retries):
+                    if ok or not self.host.get_network().connections.get(peer_id):
+                        break
+                    self.metrics.pushes.labels("retried").inc()
+                    await bucket.take()
+                    ok = await self._push_one(peer_id, rec, protocol, request_id)
             finally:
                 slots.release()
             self.metrics.pushes.labels("pushed" if ok else "failed").inc()
@@ -293,6 +307,7 @@ class FilterService:
 
         async with recv, trio.open_nursery() as nursery:
             async for rec, protocol, request_id in recv:
+                await bucket.take()
                 await slots.acquire()
                 nursery.start_soon(push, rec, protocol, request_id)
 

@@ -169,8 +169,11 @@ class SubscriptionView:
         return [p for p, s in self.peers.items() if s.refreshed < cutoff]
 
     def unreachable(self, now: float, timeout_s: float) -> list[str]:
+        """Peers that could not be pushed to for `timeout_s` and did not ping or subscribe in
+        that time either (a peer that keeps pinging is alive, whatever its pushes do)."""
         return [p for p, s in self.peers.items()
-                if s.unreachable_since is not None and now - s.unreachable_since >= timeout_s]
+                if s.unreachable_since is not None and now - s.unreachable_since >= timeout_s
+                and now - s.refreshed >= timeout_s]
 
     def mark_reachable(self, peer: str, reachable: bool, now: float) -> None:
         state = self.peers.get(peer)

@@ -158,3 +158,26 @@ def test_v00_and_v2_share_one_core():
     unsub = f00.FilterRPC(requestId="y", request=f00.FilterRequest(
         subscribe=False, topic="/t", contentFilters=shapes[1]))
     assert protocol.handle("p", protocol.from_v00(unsub, PT), v).code == 404
+
+
+def test_a_peer_that_keeps_pinging_is_not_expired_as_unreachable():
+    v = view(ttl_s=300)
+    v.subscribe("p", PT, ["a"], 0.0)
+    v.mark_reachable("p", False, 10.0)        # pushes fail from t=10 on (e.g. go-waku resets them)
+    for t in range(30, 300, 30):              # ... but it pings every 30 s
+        assert v.refresh("p", float(t))
+        assert v.unreachable(t + 1.0, 60.0) == []
+    assert v.unreachable(270.0 + 61.0, 60.0) == ["p"]  # silent for a minute after its last ping
+
+
+def test_token_bucket_paces_and_refuses():
+    from ingest.ratelimit import TokenBucket
+
+    now = [0.0]
+    b = TokenBucket(15.0, 20, clock=lambda: now[0])
+    assert sum(b.try_take() for _ in range(25)) == 20       # the burst
+    assert b.wait_s() == pytest.approx(1 / 15)
+    now[0] += 1.0
+    assert sum(b.try_take() for _ in range(25)) == 15       # then the rate
+    now[0] += 100.0
+    assert sum(b.try_take() for _ in range(25)) == 20       # never above the burst

@@ -36,6 +36,7 @@ type session struct {
 	peerAddr ma.Multiaddr
 
 	connected   atomic.Bool
+	stopping    atomic.Bool // our own shutdown: its disconnection is not reported
 	connects    atomic.Int64
 	disconnects atomic.Int64
 
@@ -104,6 +105,9 @@ func newSession(ctx context.Context, o *options, logger *zap.Logger, nc nodeConf
 		},
 		DisconnectedF: func(nw network.Network, c network.Conn) {
 			if c.RemotePeer() != s.peerID {
+				return
+			}
+			if s.stopping.Load() {
 				return
 			}
 			if nw.Connectedness(s.peerID) != network.Connected && s.connected.Swap(false) {
@@ -249,6 +253,7 @@ func (s *session) stop() {
 	if s == nil || s.node == nil {
 		return
 	}
+	s.stopping.Store(true)
 	done := make(chan struct{})
 	go func() {
 		defer func() { _ = recover(); close(done) }()

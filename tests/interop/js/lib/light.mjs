@@ -96,6 +96,7 @@ export async function connect(node, opts, r, needs, state) {
   state.summary.protocols = protocols;
   emit({
     event: "connected",
+    local_peer_id: node.libp2p.peerId.toString(),
     peer_id: peerId.toString(),
     remote_addr: conn.remoteAddr.toString(),
     encryption: conn.encryption,

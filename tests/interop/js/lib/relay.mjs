@@ -71,6 +71,7 @@ export async function cmdRelayPublish(node, opts, r, state) {
   s.protocols = protocols;
   emit({
     event: "connected",
+    local_peer_id: node.libp2p.peerId.toString(),
     peer_id: s.peer_id,
     remote_addr: conn.remoteAddr.toString(),
     encryption: conn.encryption,
