@@ -1,9 +1,14 @@
-"""A py-libp2p host as the bridge and the publisher use it: TCP and websocket transports,
-noise as the only security (no plaintext, no secio, no TLS), yamux and mplex."""
+"""A py-libp2p host as the bridge and the publisher use it: TCP, websocket and secure websocket
+(wss) transports, noise as the only security (no plaintext, no secio, no TLS), yamux and mplex;
+the addresses it advertises (identify, the `listening on` lines) are dialable ones: the
+configured announce addresses, else the listen addresses with a wildcard host replaced by this
+machine's addresses."""
 from __future__ import annotations
 
 import errno
+import logging
 import socket
+import ssl
 from collections.abc import Sequence
 
 import multiaddr
@@ -23,13 +28,61 @@ class ListenError(Exception):
     """A listen address cannot be used; the message is one line for the user."""
 
 
-def listen_addrs(host: str, tcp_port: int, ws_port: int) -> list[multiaddr.Multiaddr]:
-    """The TCP listener, and the websocket one unless ws_port is negative (port 0: any free)."""
+def listen_addrs(host: str, tcp_port: int, ws_port: int, wss_port: int = -1) -> list[multiaddr.Multiaddr]:
+    """The TCP listener, the websocket one unless ws_port is negative (port 0: any free), the
+    secure websocket one unless wss_port is negative (give it a fixed port: py-libp2p 0.8.1
+    reports a wrong port for a wss listener on port 0 next to another one)."""
     ip = "ip6" if ":" in host else "ip4"
     addrs = [multiaddr.Multiaddr(f"/{ip}/{host}/tcp/{tcp_port}")]
     if ws_port >= 0:
         addrs.append(multiaddr.Multiaddr(f"/{ip}/{host}/tcp/{ws_port}/ws"))
+    if wss_port >= 0:
+        addrs.append(multiaddr.Multiaddr(f"/{ip}/{host}/tcp/{wss_port}/wss"))
     return addrs
+
+
+def tls_server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """The wss listener's TLS context (PEM certificate chain and key)."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
+def local_ips() -> list[str]:
+    """This machine's IPv4 addresses, loopback first (what a wildcard listener is reachable on)."""
+    ips = ["127.0.0.1"]
+    try:
+        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+            ip = info[4][0]
+            if ip not in ips:
+                ips.append(ip)
+    except OSError:
+        pass
+    try:  # the address of the default route, without sending anything
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))
+            ip = s.getsockname()[0]
+            if ip not in ips:
+                ips.append(ip)
+    except OSError:
+        pass
+    return ips
+
+
+def advertised(candidates: Sequence[multiaddr.Multiaddr], announce: Sequence[multiaddr.Multiaddr] = ()
+               ) -> list[multiaddr.Multiaddr]:
+    """What the host advertises: `announce` when given; else the candidates with a 0.0.0.0
+    host replaced by each local address (nobody can dial 0.0.0.0)."""
+    if announce:
+        return list(announce)
+    out: list[multiaddr.Multiaddr] = []
+    for addr in candidates:
+        text = str(addr)
+        if text.startswith("/ip4/0.0.0.0/"):
+            out += [multiaddr.Multiaddr(text.replace("/ip4/0.0.0.0/", f"/ip4/{ip}/", 1)) for ip in local_ips()]
+        else:
+            out.append(addr)
+    return out
 
 
 def check_listen_addrs(addrs: Sequence[multiaddr.Multiaddr]) -> None:
@@ -55,20 +108,63 @@ def _ip_port(addr: multiaddr.Multiaddr) -> tuple[str | None, int]:
     return ip, port
 
 
+class _OneLine(logging.Filter):
+    """py-libp2p logs expected network failures (a peer gone, a dial refused, a reset stream)
+    with whole tracebacks: keep the first line of the message and the exception's one-line
+    summary."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            if record.exc_info and record.exc_info[1] is not None:
+                exc = record.exc_info[1]
+                record.msg = f"{record.getMessage().splitlines()[0]} ({type(exc).__name__}: {exc})"
+                record.args = None
+                record.exc_info = None
+                record.exc_text = None
+            else:
+                text = record.getMessage()
+                if "\n" in text:
+                    record.msg, record.args = text.splitlines()[0], None
+        return True
+
+
+def quiet_network_errors() -> None:
+    """One line per expected network error from py-libp2p (no tracebacks below ERROR)."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _OneLine) for f in handler.filters):
+            handler.addFilter(_OneLine())
+
+
+async def _no_auto_dials() -> None:
+    """Replaces py-libp2p 0.8.1's AutoConnector.maybe_connect: it redials every peer ever seen
+    (light clients long gone included) to keep 150 connections. The bridge dials its static
+    peers only (Bridge._keep_dialled, with backoff)."""
+    return None
+
+
 MUXERS = {"yamux": (TProtocol(YAMUX_PROTOCOL_ID), Yamux), "mplex": (TProtocol(MPLEX_PROTOCOL_ID), Mplex)}
 
 
 def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
-               muxers: Sequence[str] = ("yamux", "mplex")) -> IHost:
+               muxers: Sequence[str] = ("yamux", "mplex"), *, tls_server: ssl.SSLContext | None = None,
+               tls_client: ssl.SSLContext | None = None,
+               announce: Sequence[multiaddr.Multiaddr] = ()) -> IHost:
     """A host with the given identity whose transports cover `addrs` (TCP, plus websocket when
-    an address has /ws); call ``host.run(addrs)`` to listen. Security is noise alone; the
-    muxers are offered in the given order (js-waku speaks mplex only)."""
+    an address has /ws or /wss); call ``host.run(addrs)`` to listen. Security is noise alone; the
+    muxers are offered in the given order (js-waku speaks mplex only). `tls_server`: the wss
+    listener's certificate; `tls_client`: how wss dials verify; `announce`: what identify
+    advertises (default: the listen addresses, wildcards expanded)."""
     websocket = any("/ws" in str(a) for a in addrs)
-    return new_host(
+    host = new_host(
         key_pair=key_pair,
         sec_opt={NOISE_PROTOCOL_ID: NoiseTransport(key_pair, noise_privkey=new_x25519_key_pair().private_key)},
         muxer_opt=dict(MUXERS[m] for m in muxers),
         listen_addrs=list(addrs),
         enable_tcp=True,
         enable_websocket=websocket,
+        tls_server_config=tls_server,
+        tls_client_config=tls_client,
+        addrs_factory=lambda candidates: advertised(candidates, announce),
     )
+    host.get_network().auto_connector.maybe_connect = _no_auto_dials
+    return host

@@ -107,6 +107,8 @@ class IngestProducer:
         self._thread: threading.Thread | None = None
         self._producer: Any = None
         self._last_ack = time.monotonic()
+        # Hand-over time of every unacknowledged record, oldest first (trio thread writes).
+        self._unacked: collections.OrderedDict[int, float] = collections.OrderedDict()
         self._overflowing = False
         self._warned: dict[str, float] = {}
         self._last_error: BaseException | None = None
@@ -162,6 +164,7 @@ class IngestProducer:
         self.stats.outstanding(self._outstanding)
         if self._idle.is_set():
             self._idle = trio.Event()
+        self._unacked[id(record)] = time.monotonic()
         self._pending.append(record)
         self._wake.set()
         return True
@@ -204,6 +207,7 @@ class IngestProducer:
                        "kafka: %d records not acknowledged within %.0f s of shutdown",
                        self._outstanding, self.settings.close_timeout_s)
             self._outstanding = 0
+            self._unacked.clear()
             self.stats.outstanding(0)
         self._thread = None
         log.info("kafka: producer closed")
@@ -215,6 +219,8 @@ class IngestProducer:
         retry: list[_Record] = []
         while self._acked:
             record, error = self._acked.popleft()
+            if error is None or not (getattr(error, "retriable", False) or _is_timeout(error)):
+                self._unacked.pop(id(record), None)
             if error is None:
                 done += 1
                 if record.waiter is not None:
@@ -335,10 +341,19 @@ class IngestProducer:
                 finally:
                     producer.close(timeout=5)
 
+    def oldest_unacked_s(self) -> float:
+        """How long the oldest record not yet acknowledged has waited (0: none waits)."""
+        try:
+            since = next(iter(self._unacked.values()), None)
+        except RuntimeError:  # changed while read from the feeder thread: next time
+            return 0.0
+        return 0.0 if since is None else time.monotonic() - since
+
     def _report_stall(self) -> None:
-        if self._outstanding and time.monotonic() - self._last_ack > _LOG_EVERY_S:
-            self._warn("stall", "kafka: no acknowledgement for %.0f s; %d records buffered (bound %d)",
-                       time.monotonic() - self._last_ack, self._outstanding, self.settings.max_outstanding)
+        age = self.oldest_unacked_s()
+        if self._outstanding and age > _LOG_EVERY_S:
+            self._warn("stall", "kafka: the oldest unacknowledged record has waited %.0f s; %d records buffered "
+                       "(bound %d)", age, self._outstanding, self.settings.max_outstanding)
 
     # -- logging ---------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from core.message import check_message
 from core.records import ingest_key, ingest_value
 from ingest.filter.service import FilterService
-from ingest.host import ListenError, build_host, check_listen_addrs, listen_addrs
+from ingest.host import ListenError, build_host, check_listen_addrs, listen_addrs, tls_server_context
 from ingest.identity import load_or_create_key, peer_id_of
 from ingest.kafka_producer import IngestProducer, ProducerSettings
 from ingest.lightpush.protocol import Accepted, PushContext
@@ -37,6 +37,12 @@ from schemas.waku_message_pb2 import WakuMessage
 log = logging.getLogger("ingest.bridge")
 
 STATUS_EVERY_S = 60.0
+MAX_REDIAL_S = 300.0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 class BridgeError(Exception):
@@ -64,7 +70,8 @@ class Bridge:
         self.bridge_id = self.peer_id.to_base58()
         self.metrics = metrics or BridgeMetrics()
         self.out = out if out is not None else sys.stdout
-        self.listen_addrs = listen_addrs(settings.listen_host, settings.tcp_port, settings.ws_port)
+        self.listen_addrs = listen_addrs(settings.listen_host, settings.tcp_port, settings.ws_port,
+                                         settings.wss_port)
         self.addrs: list[multiaddr.Multiaddr] = []
         self.metrics_port: int | None = None
         self.router: WakuRelayRouter | None = None
@@ -100,7 +107,8 @@ class Bridge:
     async def _run(self, task_status: Any) -> None:
         s = self.settings
         check_listen_addrs(self.listen_addrs)
-        self.host = host = build_host(self.key_pair, self.listen_addrs)
+        tls = tls_server_context(s.tls_cert_file, s.tls_key_file) if s.wss_port >= 0 else None
+        self.host = host = build_host(self.key_pair, self.listen_addrs, tls_server=tls, announce=s.announce)
         self.router, self.pubsub = new_relay(
             host, validator=WakuMessageValidator(s.limits), sink=self._sink, observer=self.metrics,
             max_rpc_bytes=s.max_rpc_bytes, max_messages_per_rpc=s.relay_max_messages_per_rpc,
@@ -184,28 +192,33 @@ class Bridge:
         return len(self.router.mesh.get(topic) or self.router.fanout.get(topic) or ())
 
     async def _keep_dialled(self) -> None:
-        """Dial every static peer at start, and again whenever it is not connected."""
+        """Dial every static peer at start, and again whenever it is not connected; a peer that
+        keeps failing is retried with exponential backoff (redial_interval_s doubling up to
+        MAX_REDIAL_S), one log line per failed attempt, no traceback."""
         peers = self.settings.static_peers
         if not peers:
             return
         failures: dict[str, int] = {}
+        next_try: dict[str, float] = {}
         while True:
             for info in peers:
-                if self.host.get_network().connections.get(info.peer_id):
-                    continue
                 name = info.peer_id.to_base58()
+                if self.host.get_network().connections.get(info.peer_id) or trio.current_time() < next_try.get(name, 0):
+                    continue
                 try:
                     with trio.fail_after(10):
                         await self.host.connect(info)
                     log.info("static peer %s connected%s", name,
                              f" after {failures[name]} failed attempts" if failures.get(name) else "")
                     failures.pop(name, None)
+                    next_try.pop(name, None)
                 except Exception as exc:  # noqa: BLE001 - any dial failure: log and retry
                     n = failures[name] = failures.get(name, 0) + 1
-                    level = logging.WARNING if n == 1 or n % 30 == 0 else logging.DEBUG
-                    log.log(level, "static peer %s: dial failed (%s: %s), attempt %d; retrying every %.0f s",
-                            name, type(exc).__name__, exc, n, self.settings.redial_interval_s)
-            await trio.sleep(self.settings.redial_interval_s)
+                    delay = min(self.settings.redial_interval_s * 2 ** (n - 1), MAX_REDIAL_S)
+                    next_try[name] = trio.current_time() + delay
+                    log.warning("static peer %s: dial failed (%s), attempt %d; next in %.0f s",
+                                name, _one_line(exc), n, delay)
+            await trio.sleep(1.0)
 
     async def _update_gauges(self) -> None:
         """Gauges, a status line every STATUS_EVERY_S while messages flow, and a watch on the

@@ -2,6 +2,7 @@
 topics.messages and limits.*) and checked, with ConfigError one-liners for bad values."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import multiaddr
@@ -21,6 +22,10 @@ class BridgeSettings:
     listen_host: str
     tcp_port: int
     ws_port: int
+    wss_port: int
+    tls_cert_file: str
+    tls_key_file: str
+    announce: tuple[multiaddr.Multiaddr, ...]
     static_peers: tuple[PeerInfo, ...]
     redial_interval_s: float
     pubsub_topics: tuple[str, ...]
@@ -49,8 +54,14 @@ class BridgeSettings:
         b = config["bridge"]
         for key in ("tcp_port",):
             _port(f"bridge.{key}", b[key], allow_off=False)
-        for key in ("ws_port", "metrics_port"):
+        for key in ("ws_port", "wss_port", "metrics_port"):
             _port(f"bridge.{key}", b[key], allow_off=True)
+        if b["wss_port"] >= 0:
+            for key in ("tls_cert_file", "tls_key_file"):
+                if not b[key]:
+                    raise ConfigError(f"bridge.{key}: needed for the wss listener (bridge.wss_port = {b['wss_port']})")
+                if not os.path.isfile(config.path(f"bridge.{key}")):
+                    raise ConfigError(f"bridge.{key}: no such file: {config.path(f'bridge.{key}')}")
         cluster, n_shards = b["cluster_id"], b["num_shards_in_cluster"]
         if not 0 <= cluster <= 65535:
             raise ConfigError(f"bridge.cluster_id: expected 0-65535, got {cluster}")
@@ -87,6 +98,10 @@ class BridgeSettings:
             listen_host=b["listen_host"],
             tcp_port=b["tcp_port"],
             ws_port=b["ws_port"],
+            wss_port=b["wss_port"],
+            tls_cert_file=config.path("bridge.tls_cert_file") if b["tls_cert_file"] else "",
+            tls_key_file=config.path("bridge.tls_key_file") if b["tls_key_file"] else "",
+            announce=tuple(_multiaddr(a, "bridge.announce") for a in b["announce"]),
             static_peers=peers,
             redial_interval_s=b["redial_interval_s"],
             pubsub_topics=topics,
@@ -117,6 +132,13 @@ def node_shards(settings: "BridgeSettings") -> NodeShards:
     shards = tuple(sorted({s for t in settings.pubsub_topics if (cs := static_shard(t)) is not None
                            and cs[0] == settings.cluster_id for s in [cs[1]]}))
     return NodeShards(settings.cluster_id, shards)
+
+
+def _multiaddr(text: str, key: str) -> multiaddr.Multiaddr:
+    try:
+        return multiaddr.Multiaddr(text)
+    except Exception as exc:  # noqa: BLE001 - multiaddr raises many types
+        raise ConfigError(f"{key}: {text!r} is not a multiaddr ({exc})") from None
 
 
 def _port(key: str, value: int, allow_off: bool) -> None:

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	logging "github.com/ipfs/go-log/v2"
+	wprotocol "github.com/waku-org/go-waku/waku/v2/protocol"
 	"go.uber.org/zap/zapcore"
 )
 
@@ -85,7 +86,8 @@ type options struct {
 	endNs         int64
 	skipRateLimit bool
 
-	set map[string]bool // flags given on the command line
+	set         map[string]bool // flags given on the command line
+	autosharded bool            // --pubsub-topic "" resolved from the content topic
 }
 
 func (o *options) contentTopic() string {
@@ -119,7 +121,7 @@ func parseArgs(args []string) (*options, error) {
 
 	fs.StringVar(&o.peer, "peer", "", "multiaddr of the bridge, /ip4/127.0.0.1/tcp/PORT/p2p/ID (required)")
 	fs.UintVar(&o.clusterID, "cluster-id", 1, "cluster id (0 disables go-waku's metadata check)")
-	fs.StringVar(&o.pubsubTopic, "pubsub-topic", "/waku/2/rs/1/0", "pubsub topic")
+	fs.StringVar(&o.pubsubTopic, "pubsub-topic", "/waku/2/rs/1/0", "pubsub topic (\"\": autosharding of the first content topic, as go-waku does)")
 	fs.Var(&o.contentTopics, "content-topic", "content topic (repeatable; filter and store use all, the others the first; \"\" = any for relay-receive)")
 	fs.Float64Var(&o.timeout, "timeout", 60, "seconds allowed for the command's waiting steps (see README)")
 	fs.StringVar(&o.prefix, "prefix", "", "payload prefix: payload = <prefix>-<index> (default random)")
@@ -170,6 +172,20 @@ func parseArgs(args []string) (*options, error) {
 	}
 	if o.timeout <= 0 {
 		return nil, fmt.Errorf("--timeout must be > 0")
+	}
+	if o.pubsubTopic == "" {
+		// what go-waku does with an empty pubsub topic: autosharding (cluster 1, 8 shards)
+		t, err := wprotocol.GetPubSubTopicFromContentTopic(o.contentTopic())
+		if err != nil {
+			return nil, fmt.Errorf("--pubsub-topic \"\": cannot autoshard content topic %q: %v", o.contentTopic(), err)
+		}
+		o.pubsubTopic = t
+		o.autosharded = true
+	}
+	if _, ok := staticShard(o.pubsubTopic, uint16(o.clusterID)); !ok && o.clusterID != 0 {
+		return nil, fmt.Errorf("with --cluster-id %d, --pubsub-topic must be /waku/2/rs/%d/<shard> (got %q): "+
+			"go-waku v0.10.0 with a cluster id and no shard puts an empty shard list in its ENR, "+
+			"and its metadata protocol then drops every peer (\"invalid shard count\")", o.clusterID, o.clusterID, o.pubsubTopic)
 	}
 	if o.count < 0 {
 		return nil, fmt.Errorf("--count must be >= 0")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"os"
@@ -28,12 +29,14 @@ func (o *out) emit(v obj) {
 	if o.closed {
 		return
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		b, _ = json.Marshal(obj{"event": "internal_error", "error": err.Error()})
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		buf.Reset()
+		_ = enc.Encode(obj{"event": "internal_error", "error": err.Error()})
 	}
-	_, _ = o.w.Write(b)
-	_ = o.w.WriteByte('\n')
+	_, _ = o.w.Write(buf.Bytes()) // Encode ends the line
 	_ = o.w.Flush()
 }
 

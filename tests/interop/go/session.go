@@ -243,6 +243,8 @@ func (s *session) connFields(f obj) obj {
 	if s == nil || s.node == nil {
 		return f
 	}
+	f["pubsub_topic"] = s.o.pubsubTopic
+	f["cluster_id"] = s.o.clusterID
 	f["connected_at_end"] = s.isConnected()
 	f["disconnects"] = s.disconnects.Load()
 	f["protocols"] = s.peerProtocols()

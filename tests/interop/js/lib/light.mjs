@@ -142,6 +142,8 @@ async function metadataHandshake(node, peerId, protocols, opts, r, timeoutMs) {
     const { clusterId, shards } = res.shardInfo;
     return {
       supported: true,
+      // js-waku decodes an empty answer (peer closed the stream) as success with no cluster id.
+      ...(clusterId === undefined ? { empty_response: true } : {}),
       cluster_id: clusterId ?? null,
       shards: [...(shards ?? [])],
       same_cluster: clusterId === opts.clusterId,
@@ -159,7 +161,8 @@ export async function cmdInfo(node, opts, r, state) {
   // js-waku assesses health 100 ms (debounced) after each peer:identify.
   await sleep(500);
   state.summary.health = node.health ?? null;
-  state.summary.is_connected = node.isConnected();
+  state.summary.waku_is_connected = node.isConnected(); // always false on Node >= 21 (see README)
+  state.summary.libp2p_connections = node.libp2p.getConnections().length;
 }
 
 export async function cmdFilter(node, opts, r, state) {
@@ -190,7 +193,15 @@ export async function cmdFilter(node, opts, r, state) {
   }
   emit({ event: "ready", pubsub_topic: decoder.pubsubTopic, content_topic: decoder.contentTopic });
   log(`subscribed; collecting pushes for ${opts.seconds} s`);
-  await sleep(opts.seconds * 1000);
+  await new Promise((resolve) => {
+    const timer = setTimeout(resolve, opts.seconds * 1000);
+    state.onSignal = (sig) => {
+      clearTimeout(timer);
+      s.interrupted = sig;
+      resolve();
+    };
+  });
+  state.onSignal = null;
   const unsubscribed = await withTimeout(node.filter.unsubscribe(decoder), timeoutMs, "filter unsubscribe").catch(
     (err) => {
       log(`unsubscribe failed: ${errorText(err)}`);

@@ -57,6 +57,26 @@ export async function main(argv) {
   watchdog.unref?.();
 
   process.on("unhandledRejection", (err) => log(`unhandled rejection (ignored): ${errorText(err)}`));
+  process.on("uncaughtException", (err) => {
+    log(err?.stack ?? err);
+    s.ok = false;
+    s.error = s.error ?? `uncaught exception: ${errorText(err)}`;
+    finish(state, EXIT_FAILED);
+  });
+  // SIGINT/SIGTERM: a command in its collection window (filter) ends the window early and
+  // finishes normally; anywhere else the summary so far is printed with an error, exit 1.
+  for (const sig of ["SIGINT", "SIGTERM"]) {
+    process.on(sig, () => {
+      if (state.onSignal) {
+        log(`${sig}: ending the collection window early`);
+        state.onSignal(sig);
+        return;
+      }
+      s.ok = false;
+      s.error = s.error ?? `interrupted by ${sig}`;
+      finish(state, EXIT_FAILED);
+    });
+  }
 
   let node;
   let code = EXIT_FAILED;
