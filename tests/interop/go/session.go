@@ -14,6 +14,7 @@ import (
 	levent "github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -224,6 +225,10 @@ func (s *session) connect(ctx context.Context, deadline time.Time) error {
 		case <-ctx.Done():
 		case <-time.After(500 * time.Millisecond):
 		}
+		// libp2p's swarm refuses to redial a peer for a while after a failed dial
+		if sw, ok := s.node.Host().Network().(*swarm.Swarm); ok {
+			sw.Backoff().Clear(s.peerID)
+		}
 	}
 }
 
@@ -283,11 +288,20 @@ func (s *session) waitTopicPeer(ctx context.Context, topic string, deadline time
 	}
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	var downSince time.Time
 	for !contains(ps.ListPeers(topic)) {
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
 		case <-t.C:
+		}
+		if s.isConnected() {
+			downSince = time.Time{}
+		} else if downSince.IsZero() {
+			downSince = time.Now()
+		} else if time.Since(downSince) > 2*time.Second {
+			return false, fmt.Errorf("the bridge disconnected before becoming a gossipsub peer on %s (disconnects=%d)",
+				topic, s.disconnects.Load())
 		}
 		if time.Now().After(deadline) {
 			return false, fmt.Errorf("the bridge did not become a gossipsub peer on %s in time (connected=%v, disconnects=%d)",
