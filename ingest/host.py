@@ -114,6 +114,14 @@ class _OneLine(logging.Filter):
     summary."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("libp2p") and "\n" in str(record.msg):
+            lines = [ln.strip() for ln in record.getMessage().splitlines() if ln.strip()]
+            record.msg, record.args = " ".join(lines[:2]), None
+            if "protocol not supported" in record.msg or "protocols not supported" in record.msg:
+                # a peer that does not speak a protocol we tried (light clients and relay, say):
+                # expected, not an error
+                record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+                return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         if record.levelno < logging.ERROR:
             if record.exc_info and record.exc_info[1] is not None:
                 exc = record.exc_info[1]
@@ -129,7 +137,15 @@ class _OneLine(logging.Filter):
 
 
 def quiet_network_errors() -> None:
-    """One line per expected network error from py-libp2p (no tracebacks below ERROR)."""
+    """One line per expected network error from py-libp2p (no tracebacks below ERROR). py-libp2p
+    detaches its loggers (propagate off, no handler: Python's last-resort handler printed them
+    raw); they go through the process's handlers again, WARNING and up."""
+    import os
+
+    lib = logging.getLogger("libp2p")
+    if not os.environ.get("LIBP2P_DEBUG"):
+        lib.propagate = True
+        lib.setLevel(logging.WARNING)
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _OneLine) for f in handler.filters):
             handler.addFilter(_OneLine())

@@ -11,8 +11,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -235,10 +235,10 @@ func main() {
 	defer cancel()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	interrupted := false
+	var interrupted atomic.Bool
 	go func() {
 		<-sigs
-		interrupted = true
+		interrupted.Store(true)
 		fmt.Fprintln(os.Stderr, "signal received: finishing")
 		cancel()
 	}()
@@ -275,7 +275,10 @@ func main() {
 	case "lightpush":
 		res = cmdLightpush(ctx, o, logger)
 	}
-	if interrupted && res.err == "" {
+	if res.fields == nil {
+		res.fields = obj{}
+	}
+	if interrupted.Load() {
 		res.fields["interrupted"] = true
 	}
 	summary(o.command, res.err == "", res.err, res.fields)
@@ -302,13 +305,4 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
