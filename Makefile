@@ -8,7 +8,8 @@ setup:
 run: setup
 	.venv/bin/python -m tools.local_run
 
-test: setup
+test:
+	bash scripts/setup.sh --with-interop
 	.venv/bin/python -m pytest -q
 
 unit: setup

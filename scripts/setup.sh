@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set everything up from nothing, idempotently: system packages, .venv, JVM jars, the JVM
-# protobuf decoder. Safe to run again; it only does what is missing or changed.
-# Every failure ends with one line starting "error:".
+# protobuf decoder; with --with-interop also the reference Waku clients the interop tests run
+# (go-waku from the Go module proxy, js-waku from npm). Safe to run again; it only does what is
+# missing or changed. Every failure ends with one line starting "error:".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -59,5 +60,16 @@ fi
 
 # 4. The JVM protobuf decoder (stands in for spark-protobuf, see docs/decisions.md).
 PYTHON=.venv/bin/python bash jvm/build.sh "$REPO/.cache/jars/spark" || exit 2
+
+# 5. Reference clients for tests/interop (make test): go-waku v0.10.0 built with Go (cgo), and
+#    js-waku (@waku/sdk, with its own Node 22 from npm).
+if [ "${1:-}" = "--with-interop" ]; then
+  command -v go >/dev/null || die "Go not found: the interop tests build go-waku with Go >= 1.23 (install Go, or put it on PATH)"
+  command -v gcc >/dev/null || apt_install gcc
+  command -v npm >/dev/null || apt_install npm
+  say "reference clients for the interop tests (go-waku, js-waku)"
+  bash tests/interop/go/build.sh >/dev/null || exit 2
+  bash tests/interop/js/install.sh || exit 2
+fi
 
 say "ready"

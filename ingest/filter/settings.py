@@ -20,8 +20,8 @@ class FilterSettings:
     unreachable_timeout_s: float = 60.0
     push_timeout_s: float = 5.0
     push_queue_per_peer: int = 1000
-    push_rate_per_peer: float = 15.0
-    push_burst_per_peer: int = 20
+    push_rate_per_peer: float = 13.0
+    push_burst_per_peer: int = 15
     push_retries: int = 2
     dedup_per_peer: int = 4096
     # v00 requests may leave out the pubsub topic: their criteria are on this one.

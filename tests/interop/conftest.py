@@ -158,6 +158,22 @@ class Interop:
             return set()
         return {bytes(h) for h in t["message_hash"].to_pylist()}
 
+    def wait_served(self, content_topic: str, n: int, timeout: float = 120.0) -> None:
+        """Until the bridge's store service answers n messages of the content topic (its
+        reader follows the Delta table: a commit is served within a refresh interval)."""
+        from ingest.store import codec_v3
+        from ingest.store.client import StoreClient
+
+        async def count() -> int:
+            async with StoreClient.running(timeout=10) as client:
+                peer = await client.connect(self.tcp_addr)
+                resp = await client.query_v3(peer, codec_v3.request(
+                    uuid.uuid4().hex, pubsub_topic=PUBSUB_TOPIC, content_topics=[content_topic], limit=100,
+                    include_data=False))
+                return len(resp.messages)
+
+        wait_until(lambda: trio.run(count) >= n, timeout, f"{n} messages of {content_topic} served by the bridge")
+
     def kafka_records(self) -> list:
         from kafka import KafkaConsumer
 

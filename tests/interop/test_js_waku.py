@@ -61,6 +61,7 @@ def test_js_store_pages_find_every_message(interop: Interop):
     ct = topic(f"store-js-{uuid.uuid4().hex[:6]}")
     sent = interop.publish(45, "jss", content_topic=ct)
     wait_until(lambda: set(sent) <= interop.stored_hashes(), 120, "45 messages in the Delta store")
+    interop.wait_served(ct, 45)
     for direction in ("--forward", "--backward"):
         run = js_client("store", *common(interop, ct), "--page-size", "7", direction)
         summary = run.finish()
