@@ -163,7 +163,8 @@ class Bridge:
                     ctx = PushContext(frozenset(s.pubsub_topics), s.cluster_id, s.num_shards_in_cluster,
                                       lambda data: check_message(data, s.limits))
                     self.lightpush = LightpushService(host, ctx, store=self._store_pushed, relay=self._relay,
-                                                      registry=self.metrics.registry)
+                                                      registry=self.metrics.registry,
+                                                      per_peer_per_s=s.lightpush_per_peer_per_s)
                     self.lightpush.mount()
                 nursery.start_soon(self._keep_dialled)
                 nursery.start_soon(self._update_gauges)

@@ -38,3 +38,29 @@ class TokenBucket:
         """Wait for a token and take it."""
         while not self.try_take():
             await trio.sleep(max(self.wait_s(), 0.001))
+
+
+class PeerBuckets:
+    """One token bucket per peer (rate 0: no limit); buckets idle long enough to be full again
+    are forgotten, so memory stays bounded by the active peers."""
+
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic,
+                 max_peers: int = 10_000) -> None:
+        self.rate, self.burst, self.clock, self.max_peers = rate, burst, clock, max_peers
+        self._buckets: dict[str, TokenBucket] = {}
+
+    def allow(self, peer: str) -> bool:
+        if self.rate <= 0:
+            return True
+        bucket = self._buckets.get(peer)
+        if bucket is None:
+            if len(self._buckets) >= self.max_peers:
+                self._prune()
+            bucket = self._buckets[peer] = TokenBucket(self.rate, self.burst, self.clock)
+        return bucket.try_take()
+
+    def _prune(self) -> None:
+        now = self.clock()
+        full_after = self.burst / self.rate
+        for peer in [p for p, b in self._buckets.items() if now - b.last >= full_after]:
+            del self._buckets[peer]

@@ -46,6 +46,7 @@ class BridgeSettings:
     relay_max_messages_per_rpc: int
     lightpush_enabled: bool
     lightpush_timeout_s: float
+    lightpush_per_peer_per_s: float
     store: StoreServiceSettings | None = None  # the store service ([store_service]); None: off
     filter: FilterSettings | None = None  # the filter service ([filter]); None: off
 
@@ -122,6 +123,7 @@ class BridgeSettings:
             relay_max_messages_per_rpc=b["relay_max_messages_per_rpc"],
             lightpush_enabled=b["lightpush_enabled"],
             lightpush_timeout_s=b["lightpush_timeout_s"],
+            lightpush_per_peer_per_s=max(0.0, b["lightpush_per_peer_per_s"]),
             store=StoreServiceSettings.from_config(config) if config.get("store_service.enabled") else None,
             filter=FilterSettings.from_config(config, topics[0]) if config.get("filter.enabled") else None,
         )

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter
 from ingest.framing import FrameReader, frame
 from ingest.lightpush import codec
 from ingest.lightpush.protocol import Accepted, PushContext, Refused, from_v2, from_v3
+from ingest.ratelimit import PeerBuckets
 from schemas import lightpush_pb2 as pb
 
 log = logging.getLogger("ingest.lightpush")
@@ -37,8 +38,10 @@ class LightpushService:
     service.mount()"""
 
     def __init__(self, host: Any, ctx: PushContext, *, store: Callable[[Accepted], Awaitable[bool]],
-                 relay: Callable[[str, bytes], Awaitable[int]], registry: CollectorRegistry | None = None) -> None:
+                 relay: Callable[[str, bytes], Awaitable[int]], registry: CollectorRegistry | None = None,
+                 per_peer_per_s: float = 0.0) -> None:
         self.host = host
+        self.per_peer = PeerBuckets(per_peer_per_s, 2 * per_peer_per_s)
         self.ctx = ctx
         self.store = store
         self.relay = relay
@@ -51,7 +54,7 @@ class LightpushService:
     async def _on_v3(self, stream: Any) -> None:
         async def answer(data: bytes) -> bytes:
             req = pb.LightpushRequest.FromString(data)
-            code, detail, peers = await self.push(from_v3(req, self.ctx))
+            code, detail, peers = await self.push(self._limited(stream, req.request_id) or from_v3(req, self.ctx))
             self.metrics.requests.labels("v3", str(code)).inc()
             return codec.v3_response(req.request_id, code, detail, peers)
         await self._one_request(stream, answer)
@@ -59,10 +62,19 @@ class LightpushService:
     async def _on_v2(self, stream: Any) -> None:
         async def answer(data: bytes) -> bytes:
             rpc = pb.PushRPC.FromString(data)
-            code, detail, _ = await self.push(from_v2(rpc, self.ctx))
+            code, detail, _ = await self.push(self._limited(stream, rpc.request_id) or from_v2(rpc, self.ctx))
             self.metrics.requests.labels("v2", str(code)).inc()
             return codec.v2_response(rpc.request_id, code, detail)
         await self._one_request(stream, answer)
+
+    def _limited(self, stream: Any, request_id: str) -> Refused | None:
+        try:
+            peer = stream.muxed_conn.peer_id.to_base58()
+        except Exception:  # noqa: BLE001
+            peer = "?"
+        if self.per_peer.allow(peer):
+            return None
+        return Refused(request_id, codec.TOO_MANY_REQUESTS, "request rate limit reached")
 
     async def push(self, decision: Accepted | Refused) -> tuple[int, str, int | None]:
         """(status, detail, relay peers) for a decided request."""

@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from core.config import Config, ConfigError
 from core.store_page import StoreLimits
 from ingest.framing import FrameError, FrameReader, frame
+from ingest.ratelimit import PeerBuckets
 from ingest.store import codec_v3
 from ingest.store.codec import STORE_CODEC, decode_rpc
 from ingest.store.codec_v3 import STORE_V3_CODEC
@@ -47,6 +48,7 @@ class StoreServiceSettings:
     max_request_bytes: int = 1048576
     max_concurrent_queries: int = 2
     request_timeout_s: float = 10.0
+    max_queries_per_peer_per_s: float = 0.0  # 0: no limit
     reader: ReaderSettings | None = None  # what StoreServer.start opens
 
     @classmethod
@@ -66,7 +68,8 @@ class StoreServiceSettings:
         if s["default_page_size"] > s["max_page_size"]:
             raise ConfigError("store_service.default_page_size: must not exceed max_page_size")
         return cls(s["enabled"], StoreLimits.from_config(config), s["max_request_bytes"],
-                   s["max_concurrent_queries"], s["request_timeout_s"], ReaderSettings.from_config(config))
+                   s["max_concurrent_queries"], s["request_timeout_s"], max(0.0, s["max_queries_per_peer_per_s"]),
+                   ReaderSettings.from_config(config))
 
 
 class StoreMetrics:
@@ -104,6 +107,8 @@ class StoreServer:
         self.settings = settings
         self.metrics = metrics or StoreMetrics()
         self._limiter: trio.CapacityLimiter | None = None
+        rate = settings.max_queries_per_peer_per_s
+        self._per_peer = PeerBuckets(rate, 2 * rate)
 
     @classmethod
     def start(cls, host: Any, settings: StoreServiceSettings, registry: CollectorRegistry | None = None) -> "StoreServer":
@@ -173,6 +178,8 @@ class StoreServer:
         self.metrics.queries.inc()
         page = None
         query, reason = plan(rpc, self.settings.limits)
+        if query is not None and not self._per_peer.allow(_peer(stream)):
+            query, reason = None, "rate_limited"
         if query is not None:
             try:
                 page = await self._query(query)
@@ -191,6 +198,8 @@ class StoreServer:
         began = time.perf_counter()
         self.metrics.queries.inc()
         plan3, refusal = plan_v3(req, self.settings.limits)
+        if plan3 is not None and not self._per_peer.allow(_peer(stream)):
+            plan3, refusal = None, (codec_v3.TOO_MANY_REQUESTS, "request rate limit reached")
         if plan3 is None:
             code, detail = refusal
             out = codec_v3.response(req.request_id, code, detail)

@@ -339,3 +339,28 @@ def test_cli_local_and_remote(table):
         stop.set()
         thread.join(10)
     del done
+
+
+def test_store_rate_limit_per_peer(table):
+    """A peer over store_service.max_queries_per_peer_per_s gets 429 (v3) or an empty page
+    (beta2, counted), and others are served meanwhile."""
+    from ingest.store import codec_v3
+
+    path, rows = table
+    reader = reader_of(path)
+
+    async def main():
+        host, server = await serve(reader, StoreServiceSettings(max_queries_per_peer_per_s=1.0))
+        async with host.run(listen_addrs("127.0.0.1", 0, -1)), StoreClient.running(timeout=10) as a, \
+                StoreClient.running(timeout=10) as b:
+            addr = f"{host.get_addrs()[0]}"
+            pa, pb_ = await a.connect(addr), await b.connect(addr)
+            codes = [(await a.query_v3(pa, codec_v3.request(f"q{i}", limit=5))).status_code for i in range(3)]
+            beta2 = await a.query(pa, StoreQuery(page_size=5))
+            other = await b.query_v3(pb_, codec_v3.request("b", limit=5))
+            return codes, beta2, other, server.metrics
+
+    codes, beta2, other, metrics = trio.run(main)
+    assert codes == [200, 200, 429]           # burst of 2 (twice the rate), then refused
+    assert beta2.messages == [] and metrics.value("waku_store_rejected_total", reason="rate_limited") == 1
+    assert other.status_code == 200 and len(other.messages) == 5

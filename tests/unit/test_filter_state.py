@@ -181,3 +181,15 @@ def test_token_bucket_paces_and_refuses():
     assert sum(b.try_take() for _ in range(25)) == 15       # then the rate
     now[0] += 100.0
     assert sum(b.try_take() for _ in range(25)) == 20       # never above the burst
+
+
+def test_peer_buckets_are_per_peer_and_bounded():
+    from ingest.ratelimit import PeerBuckets
+
+    now = [0.0]
+    pb = PeerBuckets(1.0, 2.0, clock=lambda: now[0], max_peers=3)
+    assert [pb.allow("a") for _ in range(3)] == [True, True, False]
+    assert pb.allow("b") and pb.allow("c")
+    now[0] += 5.0                                   # every bucket is full again: forgettable
+    assert pb.allow("d") and len(pb._buckets) <= 3
+    assert PeerBuckets(0.0, 0.0).allow("x")         # 0: no limit
