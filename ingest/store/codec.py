@@ -4,8 +4,9 @@ to core/store_page.py's StoreQuery and Page.
 - pagingInfo absent: page size 0 (the default), no cursor, direction BACKWARD (proto3's
   default value: the last page).
 - A cursor whose Index is all defaults (empty digest, receivedTime 0) means "no cursor" (old
-  clients encode an empty Index on their first query). Any other digest not 32 bytes long, or
-  a receivedTime that is NaN or infinite, makes the query unservable (empty response).
+  clients encode an empty Index on their first query). Any other cursor is a position, whatever
+  its digest's length and even at +-inf; only a NaN receivedTime makes the query unservable
+  (empty response in the query's direction).
 - Messages go out as stored (payload, content_topic, version, timestamp, meta,
   rate_limit_proof); the response cursor is the page's (core/store_page.py).
 """
@@ -71,12 +72,14 @@ def waku_message_of(m: StoredMessage) -> WakuMessage:
     return w
 
 
-def response_rpc(request_id: str, page: Page | None) -> pb.HistoryRPC:
-    """The HistoryRPC answering `request_id` (an empty response when page is None)."""
+def response_rpc(request_id: str, page: Page | None, forward: bool = False) -> pb.HistoryRPC:
+    """The HistoryRPC answering `request_id` (an empty response in the query's direction
+    `forward` when page is None)."""
     rpc = pb.HistoryRPC(request_id=request_id)
     r = rpc.response
     if page is None:
         r.pagingInfo.pageSize = 0
+        r.pagingInfo.direction = pb.PagingInfo.FORWARD if forward else pb.PagingInfo.BACKWARD
         return rpc
     r.messages.extend(waku_message_of(m) for m in page.messages)
     r.pagingInfo.pageSize = len(page.messages)

@@ -33,8 +33,10 @@ def plan(rpc: pb.HistoryRPC, limits: StoreLimits) -> tuple[StoreQuery | None, st
 
 
 def respond(rpc: Any, page: Page | None) -> bytes:
-    """The HistoryRPC answering `rpc` (its request_id) with `page` (None: empty)."""
-    return response_rpc(rpc.request_id, page).SerializeToString()
+    """The HistoryRPC answering `rpc` (its request_id) with `page` (None: empty, in the
+    direction the query asked)."""
+    forward = rpc.HasField("query") and rpc.query.pagingInfo.direction == pb.PagingInfo.FORWARD
+    return response_rpc(rpc.request_id, page, forward).SerializeToString()
 
 
 # --- store v3 ---------------------------------------------------------------------------------
