@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
 from libp2p.network.stream.exceptions import StreamEOF
 from libp2p.utils.varint import encode_uvarint
 
@@ -26,6 +27,10 @@ class FrameError(Exception):
     or the stream ended inside a frame); the stream should be closed."""
 
 
+class FrameTimeout(FrameError):
+    """The peer sent nothing for the reader's idle timeout."""
+
+
 def frame(data: bytes) -> bytes:
     return encode_uvarint(len(data)) + data
 
@@ -34,10 +39,14 @@ class FrameReader:
     """Length-prefixed frames read from one stream through a buffer (one reader per stream: it
     may read ahead of the frame it returns)."""
 
-    def __init__(self, stream: Any, max_len: int, chunk: int = READ_CHUNK) -> None:
+    def __init__(self, stream: Any, max_len: int, chunk: int = READ_CHUNK,
+                 idle_timeout_s: float | None = None) -> None:
         self.stream = stream
         self.max_len = max_len
         self.chunk = chunk
+        # Silence (no byte at all) for this long raises FrameTimeout; a peer that keeps sending,
+        # however slowly, is not cut off.
+        self.idle_timeout_s = idle_timeout_s
         self.buf = bytearray()
         self.pos = 0
 
@@ -46,7 +55,13 @@ class FrameReader:
             del self.buf[: self.pos]
             self.pos = 0
         try:
-            data = await self.stream.read(self.chunk)
+            if self.idle_timeout_s is None:
+                data = await self.stream.read(self.chunk)
+            else:
+                with trio.move_on_after(self.idle_timeout_s) as idle:
+                    data = await self.stream.read(self.chunk)
+                if idle.cancelled_caught:
+                    raise FrameTimeout(f"nothing received for {self.idle_timeout_s:g} s")
         except StreamEOF:
             return False
         if not data:

@@ -24,8 +24,9 @@ SERVICE_UNAVAILABLE = 503
 STATUS_NAMES = {OK: "OK", BAD_REQUEST: "BAD_REQUEST", NOT_FOUND: "NOT_FOUND",
                 TOO_MANY_REQUESTS: "TOO_MANY_REQUESTS", SERVICE_UNAVAILABLE: "SERVICE_UNAVAILABLE"}
 
-# A subscribe request carries at most 100 content topics of bounded length; 64 KiB is ample.
-MAX_REQUEST_BYTES = 64 * 1024
+# Largest request frame read: room for a request far over the 100-topic limit (10,000 topics
+# are ~140 KB), so that it is answered 400 instead of cut off without a status.
+MAX_REQUEST_BYTES = 1024 * 1024
 # A push carries one WakuMessage (<= 150 KiB) plus the pubsub topic.
 MAX_PUSH_BYTES = 160 * 1024
 

@@ -149,7 +149,7 @@ class FilterService:
             self.count_request(request.label, code)
             await stream.write(frame(subscribe_response(request.request_id, code, detail)))
 
-        await _each_frame(stream, on_frame)
+        await _each_frame(stream, on_frame, self.settings.stream_idle_timeout_s)
 
     async def _on_v00(self, stream: Any) -> None:
         """Legacy filter v00: FilterRPC{requestId, request} subscribes or unsubscribes; nothing is
@@ -170,7 +170,7 @@ class FilterService:
             if code != OK:
                 log.info("filter v00: request %s of %s refused: %d %s", rpc.requestId, peer, code, detail)
 
-        await _each_frame(stream, on_frame)
+        await _each_frame(stream, on_frame, self.settings.stream_idle_timeout_s)
 
     async def serve(self, peer: str, request: FilterRequest) -> tuple[int, str]:
         """Rate limit, then the protocol's decision; its changes are recorded in Kafka and then
@@ -338,10 +338,10 @@ async def _close(stream: Any) -> None:
         pass
 
 
-async def _each_frame(stream: Any, on_frame: Any) -> None:
+async def _each_frame(stream: Any, on_frame: Any, idle_timeout_s: float) -> None:
     """Call `on_frame(data)` for each request frame until the peer closes the stream (or resets
-    it, or sends a frame we refuse); then close it."""
-    frames = FrameReader(stream, MAX_REQUEST_BYTES)
+    it, sends a frame we refuse, or sends nothing for idle_timeout_s); then close it."""
+    frames = FrameReader(stream, MAX_REQUEST_BYTES, idle_timeout_s=idle_timeout_s)
     try:
         while True:
             try:

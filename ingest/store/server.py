@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from core.config import Config, ConfigError
 from core.store_page import StoreLimits
-from ingest.framing import FrameError, FrameReader, frame
+from ingest.framing import FrameError, FrameReader, FrameTimeout, frame
 from ingest.ratelimit import PeerBuckets
 from ingest.store import codec_v3
 from ingest.store.codec import STORE_CODEC, decode_rpc
@@ -144,14 +144,11 @@ class StoreServer:
     async def _serve(self, stream: Any, decode: Any, answer: Any) -> None:
         if self._limiter is None and self.settings.max_concurrent_queries > 0:
             self._limiter = trio.CapacityLimiter(self.settings.max_concurrent_queries)
-        frames = FrameReader(stream, self.settings.max_request_bytes)
+        frames = FrameReader(stream, self.settings.max_request_bytes,
+                             idle_timeout_s=self.settings.request_timeout_s)
         try:
             while True:
-                with trio.move_on_after(self.settings.request_timeout_s) as timeout:
-                    data = await frames.read_frame()
-                if timeout.cancelled_caught:
-                    self.metrics.closed.labels("timeout").inc()
-                    return
+                data = await frames.read_frame()
                 if data is None:
                     return
                 try:
@@ -161,6 +158,8 @@ class StoreServer:
                     log.debug("store: undecodable RPC from %s", _peer(stream))
                     return
                 await stream.write(frame(await answer(rpc, stream)))
+        except FrameTimeout:
+            self.metrics.closed.labels("timeout").inc()
         except FrameError as exc:
             self.metrics.closed.labels("bad_frame").inc()
             log.debug("store: %s from %s", exc, _peer(stream))
@@ -250,8 +249,6 @@ class StoreServer:
         try:
             return self.reader.query(query, cached_only=True)
         except NotCached:
-            return await trio.to_thread.run_sync(self.reader.query, query, limiter=self._limiter)
-        except TypeError:  # a reader without cached_only
             return await trio.to_thread.run_sync(self.reader.query, query, limiter=self._limiter)
 
 

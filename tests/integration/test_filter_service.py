@@ -119,6 +119,7 @@ def env(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[dict]:
     cfg_a = load_config([*common, f"bridge.key_file={root / 'a.key'}",
                          "filter.max_requests_per_peer_per_minute=1000"], environ={})
     cfg_b = load_config([*common, f"bridge.key_file={root / 'b.key'}", "filter.max_peers=1",
+                         "filter.stream_idle_timeout_s=1.5",
                          "filter.max_criteria_per_peer=3", "filter.max_requests_per_peer_per_minute=6",
                          "filter.subscription_ttl_s=4", "filter.unreachable_timeout_s=1"], environ={})
     create_topic(kafka, cfg_a.get("topics.messages"), 2)
@@ -249,6 +250,8 @@ def test_invalid_requests(env):
     assert run(client.request, 1, PT, []).status_code == 400                   # no content topics
     r = run(client.request, 1, PT, [ct(f"t{i}") for i in range(101)])          # > 100 content topics
     assert r.status_code == 400 and "too many content topics" in r.status_desc
+    r = run(client.request, 1, PT, [ct(f"t{i}") for i in range(10_000)])       # ~140 KB: still answered
+    assert r.status_code == 400 and "too many content topics (10000" in r.status_desc
     assert run(client.request, 2, PT, [ct("x")]).status_code == 404            # unsubscribe, nothing held
     assert run(client.unsubscribe_all).status_code == 404
     assert run(client.request, 9, PT, [ct("x")]).status_code == 400            # unknown type
@@ -337,3 +340,24 @@ def test_waku_bridge_filter_cli_prints_pushes(env):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_silent_filter_streams_are_closed(env):
+    """A filter-subscribe stream that sends nothing is closed after stream_idle_timeout_s (1.5 s
+    on bridge B); one that keeps sending requests stays open."""
+    from libp2p.custom_types import TProtocol
+
+    from ingest.filter.codec import FILTER_SUBSCRIBE_CODEC
+    from ingest.framing import FrameReader
+
+    client = new_client(env, env["b"])
+
+    async def silent() -> float:
+        stream = await client.host.new_stream(env["b"].host.get_id(), [TProtocol(FILTER_SUBSCRIBE_CODEC)])
+        began = trio.current_time()
+        with trio.fail_after(10):
+            assert await FrameReader(stream, 1 << 16).read_frame() is None  # closed by the bridge
+        return trio.current_time() - began
+
+    took = env["net"].run(silent)
+    assert 1.0 <= took < 5.0, took

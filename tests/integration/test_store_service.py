@@ -376,3 +376,38 @@ def test_store_rate_limit_per_peer(table):
     assert codes == [200, 200, 429]           # burst of 2 (twice the rate), then refused
     assert beta2.messages == [] and metrics.value("waku_store_rejected_total", reason="rate_limited") == 1
     assert other.status_code == 200 and len(other.messages) == 5
+
+
+def test_store_timeout_is_for_silence_not_for_slow_requests(table):
+    """request_timeout_s closes a silent stream; a client that sends its request slowly (a
+    byte every 0.3 s, longer than the timeout in all) is answered."""
+    from libp2p.custom_types import TProtocol
+
+    from ingest.framing import FrameReader
+    from ingest.store.codec import STORE_CODEC
+
+    path, rows = table
+    reader = reader_of(path)
+
+    async def main():
+        host, server = await serve(reader, StoreServiceSettings(request_timeout_s=1.0))
+        async with host.run(listen_addrs("127.0.0.1", 0, -1)), StoreClient.running(timeout=10) as client:
+            peer = await client.connect(f"{host.get_addrs()[0]}")
+            data = frame(pb.HistoryRPC(request_id="slow", query=pb.HistoryQuery(
+                pagingInfo=pb.PagingInfo(pageSize=3))).SerializeToString())
+            stream = await client.host.new_stream(peer, [TProtocol(STORE_CODEC)])
+            began = trio.current_time()
+            for i in range(0, len(data), 2):
+                await stream.write(data[i:i + 2])
+                await trio.sleep(0.3)
+            slow = pb.HistoryRPC.FromString(await FrameReader(stream, 1 << 20).read_frame())
+            took = trio.current_time() - began
+            silent = await client.host.new_stream(peer, [TProtocol(STORE_CODEC)])
+            with trio.fail_after(10):
+                closed = await FrameReader(silent, 1 << 20).read_frame()
+            return slow, took, closed, server.metrics
+
+    slow, took, closed, metrics = trio.run(main)
+    assert took > 1.5 and slow.request_id == "slow" and len(slow.response.messages) == 3
+    # the silent stream, and the slow one once answered and left silent
+    assert closed is None and metrics.value("waku_store_streams_closed_total", reason="timeout") == 2
