@@ -47,6 +47,13 @@ class _Record:
     arrival: float  # time.perf_counter() when the message arrived
     attempts: int = 0
     waiter: _Waiter | None = None
+    gen: int = 0  # which KafkaProducer instance sent it
+
+
+class _Collateral(Exception):
+    """A record aborted because another record's refusal made the producer unusable: sent
+    again by the next producer."""
+    retriable = True
 
 
 @dataclass
@@ -106,6 +113,10 @@ class IngestProducer:
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: threading.Thread | None = None
         self._producer: Any = None
+        # kafka-python's idempotent producer aborts every batch and refuses further sends after
+        # one record is refused for good (e.g. MESSAGE_TOO_LARGE): the feeder then replaces it.
+        self._gen = 0
+        self._fatal_gen: int | None = None
         self._last_ack = time.monotonic()
         # Hand-over time of every unacknowledged record, oldest first (trio thread writes).
         self._unacked: collections.OrderedDict[int, float] = collections.OrderedDict()
@@ -253,6 +264,12 @@ class IngestProducer:
     # -- feeder / I/O threads ---------------------------------------------------------------
 
     def _on_done(self, record: _Record, error: BaseException | None) -> None:
+        if error is not None and not (getattr(error, "retriable", False) or _is_timeout(error)):
+            if self._fatal_gen == record.gen:
+                error = _Collateral(f"aborted with the refused record: {error!r}")
+            else:
+                self._fatal_gen = record.gen  # this one is refused; the producer is unusable now
+                self._wake.set()
         if error is None:
             self.stats.produced(1)
             self.stats.ack_latency(time.perf_counter() - record.arrival)
@@ -317,8 +334,19 @@ class IngestProducer:
             while producer is not None:
                 self._wake.wait(1.0)
                 self._wake.clear()
+                if self._fatal_gen == self._gen:
+                    log.warning("kafka: a record was refused for good; replacing the producer")
+                    try:
+                        producer.close(timeout=2)
+                    except Exception:  # noqa: BLE001 - it is broken already
+                        pass
+                    self._gen += 1
+                    producer = self._producer = self._connect()
+                    if producer is None:
+                        break
                 while self._pending:
                     record = self._pending.popleft()
+                    record.gen = self._gen
                     try:
                         future = producer.send(self.settings.topic, key=record.key, value=record.value)
                     except KafkaTimeoutError as exc:  # no metadata / buffer full for max_block_ms

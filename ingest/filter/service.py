@@ -76,7 +76,9 @@ class FilterService:
         self.producer_linger_ms = producer_linger_ms
         self.view = SubscriptionView(settings.limits)
         self.metrics = FilterMetrics(registry)
-        self.lock = trio.Lock()
+        # One lock per peer: a peer's requests are applied in order; other peers are not held
+        # up while Kafka acknowledges one peer's change.
+        self._peer_locks: dict[str, trio.Lock] = {}
         self.producer: IngestProducer | None = None
         self.consumer: PushConsumer | None = None
         self.dedup = Dedup(settings.dedup_per_peer)
@@ -172,33 +174,50 @@ class FilterService:
 
         await _each_frame(stream, on_frame, self.settings.stream_idle_timeout_s)
 
+    def _lock(self, peer: str) -> trio.Lock:
+        lock = self._peer_locks.get(peer)
+        if lock is None:
+            lock = self._peer_locks[peer] = trio.Lock()
+        return lock
+
     async def serve(self, peer: str, request: FilterRequest) -> tuple[int, str]:
-        """Rate limit, then the protocol's decision; its changes are recorded in Kafka and then
-        applied to the view. (status, detail)."""
-        async with self.lock:
+        """Rate limit, then the protocol's decision; its changes are applied to the view and
+        recorded in Kafka, and the answer (200) waits for Kafka's acknowledgement: a change Kafka
+        does not acknowledge within filter.record_timeout_s is undone and answered 503, so
+        what the bridge answered is what Spark learns. (status, detail)."""
+        async with self._lock(peer):
             now = time.time()
             if self.view.rate_limited(peer, now):
                 return TOO_MANY_REQUESTS, "request rate limit reached"
             response = handle(peer, request, self.view)
             for change in response.events:
-                # A REFRESH is best effort (the next ping refreshes again); the others must be recorded.
-                if not await self.emit(peer, change) and change.op != pr.REFRESH:
-                    return SERVICE_UNAVAILABLE, response.unrecorded
-                self.view.apply(peer, change, now)
-                if change.op in (pr.UNSUBSCRIBE, pr.UNSUBSCRIBE_ALL):
-                    self.peer_changed(peer)
-                elif change.op == pr.REFRESH:  # it answers: reachable, whatever pushes did
+                if change.op == pr.REFRESH:
+                    # Best effort: the next ping refreshes again. It answers: reachable.
+                    await self.emit(peer, change)
+                    self.view.apply(peer, change, now)
                     self._push_failing.discard(peer)
                     self.view.mark_reachable(peer, True, now)
+                    continue
+                before = self.view.snapshot(peer)
+                self.view.apply(peer, change, now)  # at once, so limits count it meanwhile
+                if not await self.emit(peer, change, acked=True):
+                    self.view.restore(peer, before)
+                    self.metrics.requests.labels("unrecorded", str(SERVICE_UNAVAILABLE)).inc()
+                    return SERVICE_UNAVAILABLE, response.unrecorded
+                if change.op in (pr.UNSUBSCRIBE, pr.UNSUBSCRIBE_ALL):
+                    self.peer_changed(peer)
             return response.code, response.detail
 
     # -- events ---------------------------------------------------------------------------------
 
-    async def emit(self, peer: str, change: Change) -> bool:
-        """Produce one SubscriptionEvent (keyed by peer id: per-peer order); False if dropped."""
+    async def emit(self, peer: str, change: Change, acked: bool = False) -> bool:
+        """Produce one SubscriptionEvent (keyed by peer id: per-peer order); with `acked`, wait
+        for Kafka's acknowledgement (False: dropped, refused or not acknowledged in time)."""
         assert self.producer is not None
         key, value = subscription_event(peer, self.bridge_id, change.op, time.time(), change.pubsub_topic or "",
                                         change.content_topics, change.request_id, change.protocol)
+        if acked:
+            return await self.producer.put_acked(key, value, time.perf_counter(), self.settings.record_timeout_s)
         return await self.producer.put(key, value, time.perf_counter())
 
     def count_request(self, kind: str, status: int) -> None:
@@ -214,7 +233,7 @@ class FilterService:
             self._push_failing.discard(peer)
 
     async def _expire(self, peer: str, reason: str) -> None:
-        async with self.lock:
+        async with self._lock(peer):
             if not self.view.remove_peer(peer):
                 return
             self.peer_changed(peer)
@@ -244,6 +263,8 @@ class FilterService:
             for peer in self.view.unreachable(now, s.unreachable_timeout_s):
                 await self._expire(peer, "unreachable")
             self.view.forget_requests(now)
+            for peer in [p for p, lk in self._peer_locks.items() if p not in self.view.peers and not lk.locked()]:
+                del self._peer_locks[peer]
             self.metrics.peers.set(len(self.view.peers))
             self.metrics.criteria.set(self.view.criteria_count())
 

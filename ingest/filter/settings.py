@@ -24,6 +24,7 @@ class FilterSettings:
     push_burst_per_peer: int = 15
     push_retries: int = 2
     stream_idle_timeout_s: float = 30.0
+    record_timeout_s: float = 10.0
     dedup_per_peer: int = 4096
     # v00 requests may leave out the pubsub topic: their criteria are on this one.
     default_pubsub_topic: str = "/waku/2/default-waku/proto"
@@ -43,7 +44,7 @@ class FilterSettings:
         if f["push_burst_per_peer"] < 1 or f["push_retries"] < 0:
             raise ConfigError("filter.push_burst_per_peer: expected at least 1; filter.push_retries: 0 or more")
         for key in ("subscription_ttl_s", "unreachable_timeout_s", "push_timeout_s", "push_rate_per_peer",
-                    "stream_idle_timeout_s"):
+                    "stream_idle_timeout_s", "record_timeout_s"):
             if f[key] <= 0:
                 raise ConfigError(f"filter.{key}: expected a positive number of seconds, got {f[key]}")
         max_topics = config.get("limits.max_content_topics_per_filter_request")
@@ -71,6 +72,7 @@ class FilterSettings:
             push_burst_per_peer=f["push_burst_per_peer"],
             push_retries=f["push_retries"],
             stream_idle_timeout_s=f["stream_idle_timeout_s"],
+            record_timeout_s=f["record_timeout_s"],
             dedup_per_peer=f["dedup_per_peer"],
             default_pubsub_topic=default_pubsub_topic or "/waku/2/default-waku/proto",
         )

@@ -141,6 +141,19 @@ class SubscriptionView:
         state.refreshed = now
         return True
 
+    def snapshot(self, peer: str) -> PeerState | None:
+        """A copy of the peer's state (to restore when a change cannot be recorded)."""
+        state = self.peers.get(peer)
+        if state is None:
+            return None
+        return PeerState(dict(state.criteria), state.refreshed, state.unreachable_since)
+
+    def restore(self, peer: str, state: PeerState | None) -> None:
+        if state is None or not state.criteria:
+            self.peers.pop(peer, None)
+        else:
+            self.peers[peer] = state
+
     def apply(self, peer: str, change: Change, now: float) -> None:
         """Apply a recorded change (what the subscriptions job applies to Delta, here for this
         bridge's own peers)."""

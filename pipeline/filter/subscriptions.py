@@ -1,10 +1,12 @@
 """The subscriptions job: SubscriptionEvents (waku.subscriptions, keyed by peer id) applied to
-the Delta table `subscriptions`, one row per (peer_id, pubsub_topic, content_topic) criterion.
+the Delta table `subscriptions`, one row per (peer_id, bridge_id, pubsub_topic, content_topic)
+criterion: a subscription is a peer's *at a bridge* (pushes leave from the bridge it subscribed
+to), so a peer that moves from bridge A to bridge B keeps B's rows when A later expires it.
 
 Each micro-batch (foreachBatch) is reduced to its net effect, in per-peer order (Kafka offset
 order: one peer's events share a partition), then applied with two MERGEs:
 
-1. per peer: an UNSUBSCRIBE_ALL / EXPIRE in the batch deletes every row of the peer that was
+1. per (peer, bridge): an UNSUBSCRIBE_ALL / EXPIRE in the batch deletes every row of the peer at that bridge that was
    there before (all older than the reset); a REFRESH (a PING that found subscriptions) after
    the last reset raises `last_refresh` of the peer's rows;
 2. per criterion: the last SUBSCRIBE / UNSUBSCRIBE after the peer's last reset upserts or
@@ -75,18 +77,19 @@ def decode_events(kafka_df: "DataFrame") -> "DataFrame":
 
 def net_effect(events: "DataFrame") -> tuple["DataFrame", "DataFrame"]:
     """(per-peer resets/refreshes, per-criterion last op) of a batch of decoded events."""
-    resets = events.where(F.col("op").isin(*RESET_OPS)).groupBy("peer_id").agg(F.max("seq").alias("reset_seq"))
-    after = events.join(resets, "peer_id", "left").where(
+    key = ["peer_id", "bridge_id"]
+    resets = events.where(F.col("op").isin(*RESET_OPS)).groupBy(*key).agg(F.max("seq").alias("reset_seq"))
+    after = events.join(resets, key, "left").where(
         F.col("reset_seq").isNull() | (F.col("seq") > F.col("reset_seq")))
-    refresh = after.where(F.col("op") == "REFRESH").groupBy("peer_id").agg(F.max("event_time").alias("refresh_time"))
-    peers = resets.join(refresh, "peer_id", "full_outer").select(
-        "peer_id", F.col("reset_seq").isNotNull().alias("reset"), "refresh_time")
+    refresh = after.where(F.col("op") == "REFRESH").groupBy(*key).agg(F.max("event_time").alias("refresh_time"))
+    peers = resets.join(refresh, key, "full_outer").select(
+        *key, F.col("reset_seq").isNotNull().alias("reset"), "refresh_time")
     crit = after.where(F.col("op").isin("SUBSCRIBE", "UNSUBSCRIBE")).select(
         "peer_id", "bridge_id", "op", "pubsub_topic", F.explode("content_topics").alias("content_topic"),
         "event_time", "request_id", "protocol", "seq")
-    w = Window.partitionBy("peer_id", "pubsub_topic", "content_topic").orderBy(F.col("seq").desc())
+    w = Window.partitionBy("peer_id", "bridge_id", "pubsub_topic", "content_topic").orderBy(F.col("seq").desc())
     crit = crit.withColumn("rn", F.row_number().over(w)).where("rn = 1").drop("rn", "seq")
-    crit = crit.join(refresh, "peer_id", "left").withColumn(
+    crit = crit.join(refresh, key, "left").withColumn(
         "last_refresh", F.greatest(F.col("event_time"), F.coalesce(F.col("refresh_time"), F.col("event_time"))))
     return peers, crit.drop("refresh_time")
 
@@ -109,7 +112,7 @@ def apply_batch(batch: "DataFrame", path: str) -> dict[str, int]:
     peers, crit = net_effect(events)
     table = DeltaTable.forPath(spark, path)
     if by_kind.get(False):
-        (table.alias("t").merge(peers.alias("s"), "t.peer_id = s.peer_id")
+        (table.alias("t").merge(peers.alias("s"), "t.peer_id = s.peer_id AND t.bridge_id = s.bridge_id")
          .whenMatchedDelete(condition="s.reset")
          .whenMatchedUpdate(condition="s.refresh_time IS NOT NULL AND s.refresh_time > t.last_refresh",
                             set={"last_refresh": "s.refresh_time"})
@@ -117,10 +120,11 @@ def apply_batch(batch: "DataFrame", path: str) -> dict[str, int]:
     if by_kind.get(True):
         (table.alias("t").merge(
             crit.alias("s"),
-            "t.peer_id = s.peer_id AND t.pubsub_topic = s.pubsub_topic AND t.content_topic = s.content_topic")
+            "t.peer_id = s.peer_id AND t.bridge_id = s.bridge_id AND t.pubsub_topic = s.pubsub_topic "
+            "AND t.content_topic = s.content_topic")
          .whenMatchedDelete(condition="s.op = 'UNSUBSCRIBE'")
          .whenMatchedUpdate(condition="s.op = 'SUBSCRIBE'", set={
-             "bridge_id": "s.bridge_id", "protocol": "s.protocol", "request_id": "s.request_id",
+             "protocol": "s.protocol", "request_id": "s.request_id",
              "last_refresh": "greatest(t.last_refresh, s.last_refresh)"})
          .whenNotMatchedInsert(condition="s.op = 'SUBSCRIBE'", values={
              "peer_id": "s.peer_id", "pubsub_topic": "s.pubsub_topic", "content_topic": "s.content_topic",

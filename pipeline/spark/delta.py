@@ -1,18 +1,84 @@
-"""Delta helpers every job uses."""
+"""Delta helpers every job uses: table creation that is safe to race, and retries of
+optimistic-concurrency conflicts by Delta's typed exceptions."""
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from delta.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
+
+log = logging.getLogger("waku.delta")
+R = TypeVar("R")
+
+# Delta's commit conflicts (a concurrent writer won the commit): the operation may be retried.
+CONFLICTS: tuple[type[BaseException], ...] = (
+    ConcurrentAppendException, ConcurrentDeleteDeleteException, ConcurrentDeleteReadException,
+    ConcurrentTransactionException, ConcurrentWriteException, DeltaConcurrentModificationException,
+    MetadataChangedException, ProtocolChangedException,
+)
+
+
+def retry_conflicts(what: str, op: Callable[[], R], attempts: int = 5, backoff_s: float = 1.0) -> R:
+    """Run a Delta operation, retrying it (with a growing pause) when a concurrent commit wins."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return op()
+        except CONFLICTS as exc:
+            if attempt == attempts:
+                raise
+            log.warning("%s: concurrent commit (%s), retrying (%d/%d)", what, type(exc).__name__, attempt, attempts)
+            time.sleep(backoff_s * attempt)
+    raise AssertionError("unreachable")
 
 
 def ensure_table(spark: SparkSession, path: str, schema: T.StructType,
                  partition_by: list[str] | None = None, properties: dict[str, str] | None = None) -> None:
-    """Create the Delta table at path if it does not exist (idempotent, safe to race)."""
+    """Create the Delta table at path if it does not exist (idempotent). Jobs starting together
+    on a fresh warehouse race to create it: the loser's commit conflicts, and its retry finds
+    the table there."""
     from delta.tables import DeltaTable
 
-    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
-    if partition_by:
-        builder = builder.partitionedBy(*partition_by)
-    for key, value in (properties or {}).items():
-        builder = builder.property(key, value)
-    builder.execute()
+    def create() -> None:
+        builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
+        if partition_by:
+            builder = builder.partitionedBy(*partition_by)
+        for key, value in (properties or {}).items():
+            builder = builder.property(key, value)
+        builder.execute()
+
+    from pyspark.errors import AnalysisException
+
+    for attempt in range(1, 6):
+        try:
+            retry_conflicts(f"create {path}", create, backoff_s=0.2)
+            return
+        except AnalysisException as exc:
+            # Another creator has written files but not yet committed the table's first version.
+            if _condition(exc) != "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION" or attempt == 5:
+                raise
+            time.sleep(0.2 * attempt)
+
+
+def _condition(exc: BaseException) -> str | None:
+    """The error condition (class) of a Spark exception."""
+    for name in ("getCondition", "getErrorClass"):
+        fn = getattr(exc, name, None)
+        if fn is not None:
+            try:
+                return fn()
+            except Exception:  # noqa: BLE001 - not a captured JVM error
+                return None
+    return None

@@ -1,37 +1,23 @@
 """Store maintenance: compaction (keeping received_time order), retention, vacuum.
 
 Safe while the store job runs: the store job's appends are blind appends, which never conflict
-with OPTIMIZE; a DELETE that races an append touching the same files is retried.
+with OPTIMIZE; a DELETE that races an append touching the same files is retried (Delta's typed
+conflict exceptions, pipeline/spark/delta.py). The `subscriptions` table (two MERGEs a
+micro-batch from the subscriptions job) is compacted and vacuumed too.
 """
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from pipeline.spark.delta import retry_conflicts
 from pipeline.store.settings import MaintainSettings
 
 log = logging.getLogger("waku.maintain")
-T = TypeVar("T")
-RETRIES = 5
-
-
-def _retry(what: str, op: Callable[[], T]) -> T:
-    """Run a Delta operation, retrying on optimistic-concurrency conflicts."""
-    for attempt in range(1, RETRIES + 1):
-        try:
-            return op()
-        except Exception as exc:  # noqa: BLE001 - Delta raises JVM exceptions by class name
-            if "Concurrent" not in type(exc).__name__ + str(exc)[:300] or attempt == RETRIES:
-                raise
-            log.warning("%s: concurrent commit, retrying (%d/%d)", what, attempt, RETRIES)
-            time.sleep(attempt)
-    raise AssertionError("unreachable")
 
 
 @dataclass
@@ -42,6 +28,12 @@ class MaintenanceReport:
     files_before: int = 0
     files_after: int = 0
     vacuumed: bool = False
+
+
+def _exists(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, path)
 
 
 def _file_count(spark: SparkSession, path: str) -> int:
@@ -56,7 +48,7 @@ def _delete(spark: SparkSession, path: str, condition) -> int:
     table = DeltaTable.forPath(spark, path)
     before = spark.read.format("delta").load(path).where(condition).count()
     if before:
-        _retry(f"delete from {path}", lambda: table.delete(condition))
+        retry_conflicts(f"delete from {path}", lambda: table.delete(condition))
     return before
 
 
@@ -101,10 +93,12 @@ def compact(spark: SparkSession, settings: MaintainSettings, report: Maintenance
     path = settings.warehouse.table_path("messages")
     spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(settings.optimize_target_file_bytes))
     report.files_before = _file_count(spark, path)
-    _retry("optimize", lambda: DeltaTable.forPath(spark, path).optimize()
+    retry_conflicts("optimize", lambda: DeltaTable.forPath(spark, path).optimize()
            .where(f"received_date >= '{since}'").executeZOrderBy("received_time"))
-    for table in ("quarantine", "job_metrics"):
-        _retry(f"optimize {table}",
+    for table in ("quarantine", "job_metrics", "subscriptions"):
+        if not _exists(spark, settings.warehouse.table_path(table)):
+            continue
+        retry_conflicts(f"optimize {table}",
                lambda t=table: DeltaTable.forPath(spark, settings.warehouse.table_path(t)).optimize().executeCompaction())
     report.files_after = _file_count(spark, path)
     return report
@@ -119,7 +113,9 @@ def vacuum(spark: SparkSession, settings: MaintainSettings, report: MaintenanceR
     if hours < 168:
         # Delta refuses retention below 7 days unless told the readers are known to be short-lived.
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    for table in ("messages", "quarantine", "job_metrics"):
-        DeltaTable.forPath(spark, settings.warehouse.table_path(table)).vacuum(hours)
+    for table in ("messages", "quarantine", "job_metrics", "subscriptions"):
+        path = settings.warehouse.table_path(table)
+        if _exists(spark, path):
+            retry_conflicts(f"vacuum {table}", lambda p=path: DeltaTable.forPath(spark, p).vacuum(hours))
     report.vacuumed = True
     return report

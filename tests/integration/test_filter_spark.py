@@ -80,3 +80,47 @@ def test_push_encoder_copies_the_message_bytes(spark):
         "peerA", PT, b"\x01" * 32, "v00", "rid")
     assert push.message == msg
     assert out[1].v is None
+
+
+def test_a_peer_that_moves_bridges_keeps_its_new_subscriptions(spark, tmp_path):
+    """Subscriptions are a peer's at a bridge: bridge A expiring a peer that has since subscribed
+    at bridge B removes A's rows only."""
+    from core.settings import WarehouseSettings
+    from pipeline.filter.subscriptions import apply_batch, ensure_subscriptions_table
+
+    path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(
+        load_config([f"warehouse.root={tmp_path}"], environ={})))
+    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a"], 100, bridge="A")]), path)
+    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a", "b"], 110, bridge="B")]), path)
+    rows = spark.read.format("delta").load(path).collect()
+    assert sorted((r.bridge_id, r.content_topic) for r in rows) == [("A", "a"), ("B", "a"), ("B", "b")]
+    apply_batch(kafka_rows(spark, [ev("p", pr.EXPIRE, t=170, bridge="A")]), path)  # A's sweep, a minute later
+    rows = spark.read.format("delta").load(path).collect()
+    assert sorted((r.bridge_id, r.content_topic) for r in rows) == [("B", "a"), ("B", "b")]
+
+
+def test_jobs_starting_together_create_their_tables_once(spark, tmp_path):
+    """Subscriptions and filter jobs starting together on a fresh warehouse both create
+    `subscriptions`: the loser's conflicting commit (DELTA_PROTOCOL_CHANGED) is retried."""
+    import threading
+
+    from pipeline.filter.subscriptions import SUBSCRIPTIONS_SCHEMA
+    from pipeline.spark.delta import ensure_table
+
+    for round_ in range(3):
+        path = str(tmp_path / f"subs{round_}")
+        errors: list[BaseException] = []
+
+        def create() -> None:
+            try:
+                ensure_table(spark, path, SUBSCRIPTIONS_SCHEMA, properties={"delta.appendOnly": "false"})
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        threads = [threading.Thread(target=create) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], errors
+        assert spark.read.format("delta").load(path).count() == 0
