@@ -13,8 +13,8 @@ from typing import Any
 
 from core.message import message_hash
 from core.store_page import StoredMessage
+from ingest.store.codec import waku_message_of
 from schemas import store_v3_pb2 as pb3
-from schemas.waku_message_pb2 import WakuMessage
 
 STORE_V3_CODEC = "/vac/waku/store-query/3.0.0"
 
@@ -36,19 +36,6 @@ def hash_of(m: StoredMessage) -> bytes:
     if m.message_hash:
         return m.message_hash
     return message_hash(m.pubsub_topic, m.payload, m.content_topic, m.meta, m.timestamp)
-
-
-def waku_message_of(m: StoredMessage) -> WakuMessage:
-    w = WakuMessage(payload=m.payload, content_topic=m.content_topic)
-    if m.version is not None:
-        w.version = m.version
-    if m.timestamp is not None:
-        w.timestamp = m.timestamp
-    if m.meta is not None:
-        w.meta = m.meta
-    if m.rate_limit_proof is not None:
-        w.rate_limit_proof = m.rate_limit_proof
-    return w
 
 
 def response(request_id: str, code: int, detail: str = "", messages: Iterable[StoredMessage] = (),
