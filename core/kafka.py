@@ -47,8 +47,10 @@ def ensure_topics(
 ) -> list[str]:
     """Create the missing topics of `topics` (name -> partitions) and wait until every partition
     has a leader. Existing topics are left as they are (a different partition count is logged).
-    Replication: 1 against a single bootstrap server, else min(3, ...) unless given. Returns the
-    names created; raises TopicError with one line on failure."""
+    Replication: 1 against a single bootstrap server, else 3 unless given; with a replication of
+    3 or more the topics get min.insync.replicas=2 (with the producers' acks=all, an
+    acknowledged record is on two brokers) unless topic_configs says otherwise. Returns the names
+    created; raises TopicError with one line on failure."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError
@@ -58,6 +60,9 @@ def ensure_topics(
     servers = bootstrap_servers.split(",") if isinstance(bootstrap_servers, str) else list(bootstrap_servers)
     if replication is None:
         replication = 1 if len(servers) == 1 else 3
+    configs = dict(topic_configs or {})
+    if replication >= 3:
+        configs.setdefault("min.insync.replicas", "2")
     try:
         admin = KafkaAdminClient(bootstrap_servers=servers, client_id=client_id,
                                  request_timeout_ms=int(timeout_s * 1000), **client_options(options or {}))
@@ -65,7 +70,7 @@ def ensure_topics(
         raise TopicError(f"cannot reach Kafka on {','.join(servers)}: {exc}") from None
     try:
         existing = set(admin.list_topics())
-        new = [NewTopic(name, int(n), replication, topic_configs=dict(topic_configs or {}))
+        new = [NewTopic(name, int(n), replication, topic_configs=configs)
                for name, n in topics.items() if name not in existing]
         if new:
             resp = admin.create_topics(new, timeout_ms=int(timeout_s * 1000), raise_errors=False)

@@ -91,7 +91,9 @@ def start_filter_query(spark: "SparkSession", settings: FilterJobSettings, query
                        checkpoint: str | None = None) -> "StreamingQuery":
     out = build_filter_stream(spark, settings)
     mode = settings.trigger
-    writer = (out.writeStream.queryName(query_name).format("kafka").options(**kafka_options(settings.kafka))
+    # Push records are produced like every record of the pipeline: acks=all, idempotent.
+    sink = {**kafka_options(settings.kafka), "kafka.acks": "all", "kafka.enable.idempotence": "true"}
+    writer = (out.writeStream.queryName(query_name).format("kafka").options(**sink)
               .option("checkpointLocation", checkpoint or settings.warehouse.checkpoint_path("filter")))
     if mode == "microbatch":
         writer = writer.outputMode("append").trigger(processingTime=f"{settings.trigger_seconds} seconds")
