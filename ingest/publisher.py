@@ -39,6 +39,7 @@ class Publisher:
         limits: Limits = Limits(),
         protocols: Sequence[str] = RELAY_CODECS,
         muxers: Sequence[str] = ("yamux", "mplex"),
+        out_rate_per_peer: float = 0.0,
     ) -> None:
         self.key_pair = key_pair or create_new_key_pair()
         # A websocket listener too, so that the host has the transport to dial /ws addresses.
@@ -47,7 +48,8 @@ class Publisher:
         self.router: WakuRelayRouter
         self.pubsub: RelayPubsub
         self.router, self.pubsub = new_relay(self.host, validator=WakuMessageValidator(limits),
-                                             sink=self._count, protocols=protocols)
+                                             sink=self._count, protocols=protocols,
+                                             out_rate_per_peer=out_rate_per_peer)
         self.received = 0  # messages relayed to us by others
         self.published = 0
 

@@ -44,6 +44,8 @@ class BridgeSettings:
     shutdown_timeout_s: float
     max_rpc_bytes: int
     relay_max_messages_per_rpc: int
+    relay_out_rate_per_peer: float
+    relay_out_burst_per_peer: int
     lightpush_enabled: bool
     lightpush_timeout_s: float
     lightpush_per_peer_per_s: float
@@ -121,6 +123,8 @@ class BridgeSettings:
             shutdown_timeout_s=b["shutdown_timeout_s"],
             max_rpc_bytes=b["max_rpc_bytes"],
             relay_max_messages_per_rpc=b["relay_max_messages_per_rpc"],
+            relay_out_rate_per_peer=max(0.0, b["relay_out_rate_per_peer"]),
+            relay_out_burst_per_peer=max(1, b["relay_out_burst_per_peer"]),
             lightpush_enabled=b["lightpush_enabled"],
             lightpush_timeout_s=b["lightpush_timeout_s"],
             lightpush_per_peer_per_s=max(0.0, b["lightpush_per_peer_per_s"]),

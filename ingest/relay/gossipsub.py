@@ -48,6 +48,7 @@ from libp2p.pubsub.rpc_queue import RpcQueue
 from libp2p.pubsub.utils import maybe_consume_signed_record
 
 from ingest.framing import FrameError, FrameReader
+from ingest.ratelimit import TokenBucket
 from ingest.relay.codec import RELAY_CODECS, Reject, relay_message_id
 from ingest.relay.validator import WakuMessageValidator
 from schemas.waku_message_pb2 import WakuMessage
@@ -75,6 +76,12 @@ COALESCE_BYTES = 256 * 1024  # queued RPCs merged into one frame up to this size
 # push every message of an RPC into a 32-deep validation queue at once (dropping the rest):
 # more than a few per RPC loses messages at go-waku peers under a burst.
 MAX_MESSAGES_PER_RPC = 1
+# ... and paced per peer (token bucket, messages/s and burst): a go-libp2p receiver's validation
+# lags under CPU load, and a burst sent as fast as the socket takes it still overflowed its
+# queue (35 of 2,000 at go-waku with the test suite's Spark jobs busy). The burst stays well
+# under the 32-deep queue; 0: no pacing.
+OUT_RATE_PER_PEER = 1000.0
+OUT_BURST_PER_PEER = 16
 MAX_IHAVE_LENGTH = 5000  # message ids per IHAVE (go-libp2p / nim-libp2p); 0.8.1 sends all
 READ_CHUNK = 256 * 1024
 _WARN_EVERY_S = 10.0
@@ -335,6 +342,8 @@ class RelayPubsub(Pubsub):
         outbound_queue_rpcs: int = OUTBOUND_QUEUE_RPCS,
         coalesce_bytes: int = COALESCE_BYTES,
         max_messages_per_rpc: int = MAX_MESSAGES_PER_RPC,
+        out_rate_per_peer: float = OUT_RATE_PER_PEER,
+        out_burst_per_peer: int = OUT_BURST_PER_PEER,
     ) -> None:
         super().__init__(
             host,
@@ -352,6 +361,8 @@ class RelayPubsub(Pubsub):
         self.outbound_queue_rpcs = outbound_queue_rpcs
         self.coalesce_bytes = coalesce_bytes
         self.max_messages_per_rpc = max(1, max_messages_per_rpc)
+        self.out_rate_per_peer = out_rate_per_peer
+        self.out_burst_per_peer = max(1, out_burst_per_peer)
         self._warn_sub = _RateLimitedWarning(log)
 
     # -- joining topics --------------------------------------------------------------------
@@ -504,6 +515,8 @@ class RelayPubsub(Pubsub):
         along)."""
         pq = queue._queue  # the PriorityQueue inside RpcQueue (0.8.1)
         pq.max_size = self.outbound_queue_rpcs
+        pace = (TokenBucket(self.out_rate_per_peer, max(self.out_burst_per_peer, self.max_messages_per_rpc),
+                            trio.current_time) if self.out_rate_per_peer > 0 else None)
         carry: rpc_pb2.RPC | None = None
         try:
             while True:
@@ -527,6 +540,9 @@ class RelayPubsub(Pubsub):
                         merged.MergeFrom(nxt)
                         size += n
                     rpc = merged
+                if pace is not None:
+                    for _ in range(len(rpc.publish)):
+                        await pace.take()
                 if not await self.write_msg(stream, rpc):
                     return
         except Exception:  # noqa: BLE001 - as 0.8.1: a failed sender marks the peer dead
@@ -547,10 +563,13 @@ def new_relay(
     protocols: Sequence[str] = RELAY_CODECS,
     max_rpc_bytes: int = MAX_RPC_BYTES,
     max_messages_per_rpc: int = MAX_MESSAGES_PER_RPC,
+    out_rate_per_peer: float = OUT_RATE_PER_PEER,
+    out_burst_per_peer: int = OUT_BURST_PER_PEER,
 ) -> tuple[WakuRelayRouter, RelayPubsub]:
     """A router and pubsub pair on `host` (run both with libp2p's background_trio_service)."""
     router = WakuRelayRouter(protocols, observer=observer)
     pubsub = RelayPubsub(host, router, validator=validator, sink=sink, observer=observer,
-                         max_rpc_bytes=max_rpc_bytes, max_messages_per_rpc=max_messages_per_rpc)
+                         max_rpc_bytes=max_rpc_bytes, max_messages_per_rpc=max_messages_per_rpc,
+                         out_rate_per_peer=out_rate_per_peer, out_burst_per_peer=out_burst_per_peer)
     return router, pubsub
 
