@@ -105,3 +105,20 @@ async def read_frame(stream: Any, max_len: int) -> bytes:
     if data is None:
         raise FrameError("stream closed before a frame")
     return data
+
+
+def peer_of(stream: Any) -> str:
+    """The base58 peer id at the other end of a stream ("?" when the connection is gone)."""
+    try:
+        return stream.muxed_conn.peer_id.to_base58()
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+async def close_quietly(stream: Any) -> None:
+    """Close a stream we are done with, within a second; a stream already gone is fine."""
+    with trio.move_on_after(1):
+        try:
+            await stream.close()
+        except Exception:  # noqa: BLE001 - the stream is gone either way
+            pass

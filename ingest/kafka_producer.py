@@ -106,7 +106,6 @@ class IngestProducer:
         self._drain_scheduled = False
         self._wake = threading.Event()
         self._closing = False
-        self._outstanding = 0  # only touched on the trio thread
         self._room = trio.Event()
         self._idle = trio.Event()
         self._idle.set()
@@ -118,7 +117,8 @@ class IngestProducer:
         self._gen = 0
         self._fatal_gen: int | None = None
         self._last_ack = time.monotonic()
-        # Hand-over time of every unacknowledged record, oldest first (trio thread writes).
+        # Hand-over time of every record handed over and not yet acknowledged or dropped, oldest
+        # first (the trio thread writes; its length is the outstanding count).
         self._unacked: collections.OrderedDict[int, float] = collections.OrderedDict()
         self._overflowing = False
         self._warned: dict[str, float] = {}
@@ -132,7 +132,7 @@ class IngestProducer:
     @property
     def outstanding(self) -> int:
         """Records handed over and not yet acknowledged (or dropped)."""
-        return self._outstanding
+        return len(self._unacked)
 
     async def __aenter__(self) -> "IngestProducer":
         self._token = trio.lowlevel.current_trio_token()
@@ -165,17 +165,16 @@ class IngestProducer:
         if self._closing:
             self._drop("shutdown", 1, "kafka: producer closing, record dropped")
             return False
-        if self._outstanding >= self.settings.max_outstanding:
+        if self.outstanding >= self.settings.max_outstanding:
             if not await self._wait_for_room():
                 self._drop("kafka_backlog", 1,
                            "kafka: %d records unacknowledged for %.1f s (bound reached), dropping records",
-                           self._outstanding, self.settings.backpressure_timeout_s)
+                           self.outstanding, self.settings.backpressure_timeout_s)
                 return False
-        self._outstanding += 1
-        self.stats.outstanding(self._outstanding)
+        self._unacked[id(record)] = time.monotonic()
+        self.stats.outstanding(self.outstanding)
         if self._idle.is_set():
             self._idle = trio.Event()
-        self._unacked[id(record)] = time.monotonic()
         self._pending.append(record)
         self._wake.set()
         return True
@@ -185,10 +184,10 @@ class IngestProducer:
             # Already waited out the timeout with no progress: drop at once until there is room.
             return False
         self._warn("backpressure", "kafka: %d records unacknowledged (bound reached): relay paused "
-                   "until Kafka catches up", self._outstanding)
+                   "until Kafka catches up", self.outstanding)
         try:
             with trio.move_on_after(self.settings.backpressure_timeout_s):
-                while self._outstanding >= self.settings.max_outstanding:
+                while self.outstanding >= self.settings.max_outstanding:
                     await self._room.wait()
                 return True
         except trio.Cancelled:
@@ -205,19 +204,18 @@ class IngestProducer:
         """Wait (up to close_timeout_s) for every record to be acknowledged, then stop."""
         if self._thread is None:
             return
-        if self._outstanding:
-            log.info("kafka: flushing %d records", self._outstanding)
+        if self.outstanding:
+            log.info("kafka: flushing %d records", self.outstanding)
         with trio.move_on_after(self.settings.close_timeout_s):
             await self._idle.wait()
         self._closing = True
         self._wake.set()
         await trio.to_thread.run_sync(self._thread.join, 30.0)
         self._drain_acks()
-        if self._outstanding:
-            self._drop("shutdown", self._outstanding,
+        if self.outstanding:
+            self._drop("shutdown", self.outstanding,
                        "kafka: %d records not acknowledged within %.0f s of shutdown",
-                       self._outstanding, self.settings.close_timeout_s)
-            self._outstanding = 0
+                       self.outstanding, self.settings.close_timeout_s)
             self._unacked.clear()
             self.stats.outstanding(0)
         self._thread = None
@@ -230,10 +228,9 @@ class IngestProducer:
         retry: list[_Record] = []
         while self._acked:
             record, error = self._acked.popleft()
-            if error is None or not (getattr(error, "retriable", False) or _is_timeout(error)):
-                self._unacked.pop(id(record), None)
             if error is None:
                 done += 1
+                self._unacked.pop(id(record), None)
                 if record.waiter is not None:
                     record.waiter.ok = True
                     record.waiter.event.set()
@@ -241,6 +238,7 @@ class IngestProducer:
                 retry.append(record)
             else:
                 done += 1
+                self._unacked.pop(id(record), None)
                 self._drop("kafka_rejected", 1, "kafka: record refused for good: %r", error)
                 if record.waiter is not None:
                     record.waiter.event.set()
@@ -252,14 +250,13 @@ class IngestProducer:
                 self._pending.append(r)
             self._wake.set()
         if done:
-            self._outstanding -= done
             self._last_ack = time.monotonic()
             self._overflowing = False
             self._room.set()
             self._room = trio.Event()
-            if self._outstanding == 0:
+            if self.outstanding == 0:
                 self._idle.set()
-        self.stats.outstanding(self._outstanding)
+        self.stats.outstanding(self.outstanding)
 
     # -- feeder / I/O threads ---------------------------------------------------------------
 
@@ -379,9 +376,9 @@ class IngestProducer:
 
     def _report_stall(self) -> None:
         age = self.oldest_unacked_s()
-        if self._outstanding and age > _LOG_EVERY_S:
+        if self.outstanding and age > _LOG_EVERY_S:
             self._warn("stall", "kafka: the oldest unacknowledged record has waited %.0f s; %d records buffered "
-                       "(bound %d)", age, self._outstanding, self.settings.max_outstanding)
+                       "(bound %d)", age, self.outstanding, self.settings.max_outstanding)
 
     # -- logging ---------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from ingest.filter.protocol import FilterRequest, from_v00, from_v2, handle
 from ingest.filter.pusher import Dedup, PushConsumer
 from ingest.filter.settings import FilterSettings
 from ingest.filter.state import Change, SubscriptionView
-from ingest.framing import FrameReader, frame
+from ingest.framing import FrameReader, close_quietly, frame
 from ingest.kafka_producer import IngestProducer, ProducerSettings
 from ingest.ratelimit import TokenBucket
 from schemas import filter_v00_pb2 as f00
@@ -352,13 +352,6 @@ class FilterService:
             return False
 
 
-async def _close(stream: Any) -> None:
-    try:
-        await stream.close()
-    except Exception:  # noqa: BLE001 - the stream is gone either way
-        pass
-
-
 async def _each_frame(stream: Any, on_frame: Any, idle_timeout_s: float) -> None:
     """Call `on_frame(data)` for each request frame until the peer closes the stream (or resets
     it, sends a frame we refuse, or sends nothing for idle_timeout_s); then close it."""
@@ -373,4 +366,4 @@ async def _each_frame(stream: Any, on_frame: Any, idle_timeout_s: float) -> None
                 return
             await on_frame(data)
     finally:
-        await _close(stream)
+        await close_quietly(stream)

@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 from libp2p.custom_types import TProtocol
 from prometheus_client import CollectorRegistry, Counter
 
-from ingest.framing import FrameReader, frame
+from ingest.framing import FrameReader, close_quietly, frame, peer_of
 from ingest.lightpush import codec
 from ingest.lightpush.protocol import Accepted, PushContext, Refused, from_v2, from_v3
 from ingest.ratelimit import PeerBuckets
@@ -68,11 +68,7 @@ class LightpushService:
         await self._one_request(stream, answer)
 
     def _limited(self, stream: Any, request_id: str) -> Refused | None:
-        try:
-            peer = stream.muxed_conn.peer_id.to_base58()
-        except Exception:  # noqa: BLE001
-            peer = "?"
-        if self.per_peer.allow(peer):
+        if self.per_peer.allow(peer_of(stream)):
             return None
         return Refused(request_id, codec.TOO_MANY_REQUESTS, "request rate limit reached")
 
@@ -107,8 +103,4 @@ class LightpushService:
         except Exception as exc:  # noqa: BLE001 - bad frame, reset: this stream only
             log.debug("lightpush: stream ended: %s: %s", type(exc).__name__, exc)
         finally:
-            with trio.move_on_after(1):
-                try:
-                    await stream.close()
-                except Exception:  # noqa: BLE001
-                    pass
+            await close_quietly(stream)

@@ -13,7 +13,7 @@ from libp2p.abc import INotifee
 from libp2p.custom_types import TProtocol
 from prometheus_client import CollectorRegistry, Counter
 
-from ingest.framing import FrameReader, frame
+from ingest.framing import FrameReader, close_quietly, frame, peer_of
 from ingest.metadata.codec import MAX_METADATA_BYTES, METADATA_CODEC, decode, request, response
 from ingest.metadata.protocol import NodeShards, keep_peer
 from schemas import metadata_pb2 as pb
@@ -91,14 +91,14 @@ class MetadataService:
                     try:
                         decode(data, pb.WakuMetadataRequest)
                     except DecodeError:
-                        log.debug("metadata: undecodable request from %s", _peer(stream))
+                        log.debug("metadata: undecodable request from %s", peer_of(stream))
                         return
                     await stream.write(frame(response(self.ours.cluster_id, self.ours.shards)))
                     self.metrics.requests.inc()
         except Exception as exc:  # noqa: BLE001 - a broken stream: nothing to answer
-            log.debug("metadata: stream from %s ended: %s: %s", _peer(stream), type(exc).__name__, exc)
+            log.debug("metadata: stream from %s ended: %s: %s", peer_of(stream), type(exc).__name__, exc)
         finally:
-            await _close(stream)
+            await close_quietly(stream)
 
     async def query(self, peer_id: Any) -> tuple[int | None, tuple[int, ...]]:
         """Ask a connected peer for its metadata (raises when it does not answer)."""
@@ -108,7 +108,7 @@ class MetadataService:
                 await stream.write(frame(request(self.ours.cluster_id, self.ours.shards)))
                 data = await FrameReader(stream, MAX_METADATA_BYTES).read_frame()
             finally:
-                await _close(stream)
+                await close_quietly(stream)
         if data is None:
             raise ConnectionError("closed without an answer")
         return decode(data)
@@ -134,18 +134,3 @@ class MetadataService:
             await self.host.disconnect(peer_id)
         except Exception as exc:  # noqa: BLE001 - already gone
             log.debug("metadata: disconnect of %s: %s", name, exc)
-
-
-def _peer(stream: Any) -> str:
-    try:
-        return stream.muxed_conn.peer_id.to_base58()
-    except Exception:  # noqa: BLE001
-        return "?"
-
-
-async def _close(stream: Any) -> None:
-    with trio.move_on_after(1):
-        try:
-            await stream.close()
-        except Exception:  # noqa: BLE001 - the stream is gone either way
-            pass

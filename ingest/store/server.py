@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from core.config import Config, ConfigError
 from core.store_page import StoreLimits
-from ingest.framing import FrameError, FrameReader, FrameTimeout, frame
+from ingest.framing import FrameError, FrameReader, FrameTimeout, close_quietly, frame, peer_of
 from ingest.ratelimit import PeerBuckets
 from ingest.store import codec_v3
 from ingest.store.codec import STORE_CODEC, decode_rpc
@@ -155,29 +155,25 @@ class StoreServer:
                     rpc = decode(data)
                 except DecodeError:
                     self.metrics.closed.labels("undecodable").inc()
-                    log.debug("store: undecodable RPC from %s", _peer(stream))
+                    log.debug("store: undecodable RPC from %s", peer_of(stream))
                     return
                 await stream.write(frame(await answer(rpc, stream)))
         except FrameTimeout:
             self.metrics.closed.labels("timeout").inc()
         except FrameError as exc:
             self.metrics.closed.labels("bad_frame").inc()
-            log.debug("store: %s from %s", exc, _peer(stream))
+            log.debug("store: %s from %s", exc, peer_of(stream))
         except Exception as exc:  # noqa: BLE001 - a broken stream must not take the node down
-            log.debug("store: stream from %s ended: %s: %s", _peer(stream), type(exc).__name__, exc)
+            log.debug("store: stream from %s ended: %s: %s", peer_of(stream), type(exc).__name__, exc)
         finally:
-            with trio.move_on_after(1):
-                try:
-                    await stream.close()
-                except Exception:  # noqa: BLE001
-                    pass
+            await close_quietly(stream)
 
     async def _answer(self, rpc: Any, stream: Any) -> bytes:
         began = time.perf_counter()
         self.metrics.queries.inc()
         page = None
         query, reason = plan(rpc, self.settings.limits)
-        if query is not None and not self._per_peer.allow(_peer(stream)):
+        if query is not None and not self._per_peer.allow(peer_of(stream)):
             query, reason = None, "rate_limited"
         if query is not None:
             try:
@@ -187,7 +183,7 @@ class StoreServer:
                 reason = "error"
         if reason is not None:
             self.metrics.rejected.labels(reason).inc()
-            log.debug("store: query %r from %s answered empty: %s", rpc.request_id, _peer(stream), reason)
+            log.debug("store: query %r from %s answered empty: %s", rpc.request_id, peer_of(stream), reason)
         out = respond(rpc, page)
         self.metrics.latency.observe(time.perf_counter() - began)
         return out
@@ -197,7 +193,7 @@ class StoreServer:
         began = time.perf_counter()
         self.metrics.queries.inc()
         plan3, refusal = plan_v3(req, self.settings.limits)
-        if plan3 is not None and not self._per_peer.allow(_peer(stream)):
+        if plan3 is not None and not self._per_peer.allow(peer_of(stream)):
             plan3, refusal = None, (codec_v3.TOO_MANY_REQUESTS, "request rate limit reached")
         if plan3 is None:
             code, detail = refusal
@@ -211,7 +207,7 @@ class StoreServer:
             out = codec_v3.response(req.request_id, code, detail, messages, plan3.include_data, cursor)
         self.metrics.v3.labels(str(code)).inc()
         if code != codec_v3.OK:
-            log.debug("store: v3 query %r from %s answered %d %s", req.request_id, _peer(stream), code,
+            log.debug("store: v3 query %r from %s answered %d %s", req.request_id, peer_of(stream), code,
                       detail if plan3 is not None else refusal[1])
         self.metrics.latency.observe(time.perf_counter() - began)
         return out
@@ -250,10 +246,3 @@ class StoreServer:
             return self.reader.query(query, cached_only=True)
         except NotCached:
             return await trio.to_thread.run_sync(self.reader.query, query, limiter=self._limiter)
-
-
-def _peer(stream: Any) -> str:
-    try:
-        return stream.muxed_conn.peer_id.to_base58()
-    except Exception:  # noqa: BLE001
-        return "?"
