@@ -9,7 +9,10 @@ import errno
 import logging
 import socket
 import ssl
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import multiaddr
 from libp2p import new_host
@@ -158,18 +161,81 @@ async def _no_auto_dials() -> None:
     return None
 
 
+@dataclass(frozen=True)
+class StreamLimits:
+    """Inbound streams open at once, per remote peer and in all (every protocol, relay included:
+    relay holds one per peer). A stream over either cap is reset before its handler runs."""
+    per_peer: int = 64
+    total: int = 4096
+
+
+class StreamGate:
+    """Counts inbound streams while their handlers run and refuses (resets) a stream over the
+    caps: the libp2p resource manager's stream limits, for py-libp2p, which has none. Installed
+    on a host with `gate_stream_handlers`; `on_refused(protocol, scope)` counts refusals."""
+
+    def __init__(self, limits: StreamLimits,
+                 on_refused: Callable[[str, str], None] | None = None) -> None:
+        self.limits = limits
+        self.on_refused = on_refused
+        self.total = 0
+        self.by_peer: Counter[Any] = Counter()
+
+    def wrap(self, protocol: str, handler: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
+        async def gated(stream: Any) -> None:
+            peer = stream.muxed_conn.peer_id
+            scope = ("total" if self.total >= self.limits.total
+                     else "peer" if self.by_peer[peer] >= self.limits.per_peer else None)
+            if scope is not None:
+                if self.on_refused is not None:
+                    self.on_refused(protocol, scope)
+                logging.getLogger("ingest.host").debug("stream %s from %s refused: %s cap reached",
+                                                       protocol, peer, scope)
+                try:
+                    await stream.reset()
+                except Exception:  # noqa: BLE001 - the peer may be gone already
+                    pass
+                return
+            self.total += 1
+            self.by_peer[peer] += 1
+            try:
+                await handler(stream)
+            finally:
+                self.total -= 1
+                self.by_peer[peer] -= 1
+                if not self.by_peer[peer]:
+                    del self.by_peer[peer]
+
+        return gated
+
+
+def gate_stream_handlers(host: IHost, gate: StreamGate) -> None:
+    """Every stream handler of `host` runs through `gate`: those set already (identify, ping)
+    and those set from now on (relay, the services)."""
+    plain = host.set_stream_handler
+    for protocol_id, handler in list(host.multiselect.handlers.items()):  # type: ignore[attr-defined]
+        if protocol_id is not None and handler is not None:
+            plain(protocol_id, gate.wrap(str(protocol_id), handler))
+
+    def set_stream_handler(protocol_id: TProtocol, handler: Callable[[Any], Awaitable[None]]) -> None:
+        plain(protocol_id, gate.wrap(str(protocol_id), handler))
+
+    host.set_stream_handler = set_stream_handler  # type: ignore[method-assign]
+
+
 MUXERS = {"yamux": (TProtocol(YAMUX_PROTOCOL_ID), Yamux), "mplex": (TProtocol(MPLEX_PROTOCOL_ID), Mplex)}
 
 
 def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
                muxers: Sequence[str] = ("yamux", "mplex"), *, tls_server: ssl.SSLContext | None = None,
                tls_client: ssl.SSLContext | None = None,
-               announce: Sequence[multiaddr.Multiaddr] = ()) -> IHost:
+               announce: Sequence[multiaddr.Multiaddr] = (), stream_gate: StreamGate | None = None) -> IHost:
     """A host with the given identity whose transports cover `addrs` (TCP, plus websocket when
     an address has /ws or /wss); call ``host.run(addrs)`` to listen. Security is noise alone; the
     muxers are offered in the given order (js-waku speaks mplex only). `tls_server`: the wss
     listener's certificate; `tls_client`: how wss dials verify; `announce`: what identify
-    advertises (default: the listen addresses, wildcards expanded)."""
+    advertises (default: the listen addresses, wildcards expanded); `stream_gate`: caps on inbound
+    streams (the bridge's; clients have none)."""
     websocket = any("/ws" in str(a) for a in addrs)
     host = new_host(
         key_pair=key_pair,
@@ -183,4 +249,6 @@ def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
         addrs_factory=lambda candidates: advertised(candidates, announce),
     )
     host.get_network().auto_connector.maybe_connect = _no_auto_dials
+    if stream_gate is not None:
+        gate_stream_handlers(host, stream_gate)
     return host

@@ -33,6 +33,9 @@ class BridgeMetrics(RelayObserver):
         self.dropped = Counter("waku_bridge_dropped", "Messages dropped, by reason", ["reason"], registry=r)
         self.outstanding = Gauge("waku_bridge_kafka_outstanding", "Records handed to the producer, not yet acknowledged", registry=r)
         self.peers = Gauge("waku_bridge_relay_peers", "Peers with a relay stream", registry=r)
+        self.streams_open = Gauge("waku_bridge_streams_open", "Inbound streams whose handler runs", registry=r)
+        self.streams_refused = Counter("waku_bridge_streams_refused", "Inbound streams reset over a cap, by protocol and cap (peer, total)",
+                                       ["protocol", "scope"], registry=r)
         self.ack_latency = Histogram("waku_bridge_ack_latency_seconds", "From a message's arrival to Kafka's acknowledgement",
                                      buckets=LATENCY_BUCKETS, registry=r)
         for reason in Reject:
@@ -58,6 +61,9 @@ class BridgeMetrics(RelayObserver):
 
     def on_subscription_dropped(self, topic: str) -> None:
         self.dropped.labels("subscription_full").inc()
+
+    def on_stream_refused(self, protocol: str, scope: str) -> None:
+        self.streams_refused.labels(protocol, scope).inc()
 
     def producer_stats(self) -> ProducerStats:
         return ProducerStats(

@@ -19,7 +19,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from core.message import check_message
 from core.records import ingest_key, ingest_value
 from ingest.filter.service import FilterService
-from ingest.host import ListenError, build_host, check_listen_addrs, listen_addrs, tls_server_context
+from ingest.host import ListenError, StreamGate, build_host, check_listen_addrs, listen_addrs, tls_server_context
 from ingest.identity import load_or_create_key, peer_id_of
 from ingest.kafka_producer import IngestProducer, ProducerSettings
 from ingest.lightpush.protocol import Accepted, PushContext
@@ -78,6 +78,7 @@ class Bridge:
         self.pubsub: RelayPubsub | None = None
         self.producer: IngestProducer | None = None
         self.host: Any = None
+        self.stream_gate: StreamGate | None = None
         self.store: StoreServer | None = None  # the store service, when settings.store is set
         self._stop = trio.Event()
         self.stopped = trio.Event()  # set when run() has returned (flushed)
@@ -108,7 +109,10 @@ class Bridge:
         s = self.settings
         check_listen_addrs(self.listen_addrs)
         tls = tls_server_context(s.tls_cert_file, s.tls_key_file) if s.wss_port >= 0 else None
-        self.host = host = build_host(self.key_pair, self.listen_addrs, tls_server=tls, announce=s.announce)
+        gate = StreamGate(s.stream_limits, self.metrics.on_stream_refused)
+        self.host = host = build_host(self.key_pair, self.listen_addrs, tls_server=tls, announce=s.announce,
+                                      stream_gate=gate)
+        self.stream_gate = gate
         self.router, self.pubsub = new_relay(
             host, validator=WakuMessageValidator(s.limits), sink=self._sink, observer=self.metrics,
             max_rpc_bytes=s.max_rpc_bytes, max_messages_per_rpc=s.relay_max_messages_per_rpc,
@@ -230,6 +234,8 @@ class Bridge:
         while True:
             if self.pubsub is not None:
                 self.metrics.peers.set(len(self.pubsub.peers))
+            if self.stream_gate is not None:
+                self.metrics.streams_open.set(self.stream_gate.total)
             if self.producer is not None and self.producer.failed is not None:
                 raise BridgeError(f"kafka producer failed: {self.producer.failed}")
             if trio.current_time() - last_status >= STATUS_EVERY_S:

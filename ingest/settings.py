@@ -11,6 +11,7 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from core.config import Config, ConfigError
 from core.topics import check_pubsub_topic, shard_topic, static_shard
 from ingest.filter.settings import FilterSettings
+from ingest.host import StreamLimits
 from ingest.metadata.protocol import NodeShards
 from ingest.relay.codec import Limits
 from ingest.store.server import StoreServiceSettings
@@ -49,6 +50,7 @@ class BridgeSettings:
     lightpush_enabled: bool
     lightpush_timeout_s: float
     lightpush_per_peer_per_s: float
+    stream_limits: StreamLimits = StreamLimits()
     store: StoreServiceSettings | None = None  # the store service ([store_service]); None: off
     filter: FilterSettings | None = None  # the filter service ([filter]); None: off
 
@@ -83,7 +85,8 @@ class BridgeSettings:
             if cluster and shard is not None and shard[0] != cluster:
                 raise ConfigError(f"bridge.pubsub_topics: {topic} is not a shard of bridge.cluster_id {cluster}")
         peers = tuple(parse_peer(p, "bridge.static_peers") for p in b["static_peers"])
-        for key in ("producer_max_outstanding", "max_rpc_bytes", "relay_max_messages_per_rpc"):
+        for key in ("producer_max_outstanding", "max_rpc_bytes", "relay_max_messages_per_rpc",
+                    "max_streams_per_peer", "max_streams_total"):
             if b[key] < 1:
                 raise ConfigError(f"bridge.{key}: expected at least 1, got {b[key]}")
         for key in ("redial_interval_s", "backpressure_timeout_s", "producer_delivery_timeout_s", "shutdown_timeout_s",
@@ -128,6 +131,7 @@ class BridgeSettings:
             lightpush_enabled=b["lightpush_enabled"],
             lightpush_timeout_s=b["lightpush_timeout_s"],
             lightpush_per_peer_per_s=max(0.0, b["lightpush_per_peer_per_s"]),
+            stream_limits=StreamLimits(per_peer=b["max_streams_per_peer"], total=b["max_streams_total"]),
             store=StoreServiceSettings.from_config(config) if config.get("store_service.enabled") else None,
             filter=FilterSettings.from_config(config, topics[0]) if config.get("filter.enabled") else None,
         )
