@@ -22,6 +22,7 @@ class SubscriptionOp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNSUBSCRIBE_ALL: _ClassVar[SubscriptionOp]
     EXPIRE: _ClassVar[SubscriptionOp]
     REFRESH: _ClassVar[SubscriptionOp]
+    BRIDGE_RESTART: _ClassVar[SubscriptionOp]
 SOURCE_UNSPECIFIED: Source
 RELAY: Source
 LIGHTPUSH: Source
@@ -31,6 +32,7 @@ UNSUBSCRIBE: SubscriptionOp
 UNSUBSCRIBE_ALL: SubscriptionOp
 EXPIRE: SubscriptionOp
 REFRESH: SubscriptionOp
+BRIDGE_RESTART: SubscriptionOp
 
 class IngestRecord(_message.Message):
     __slots__ = ("pubsub_topic", "message", "received_time", "source", "bridge_id")

@@ -34,6 +34,7 @@ from schemas import filter_v00_pb2 as f00
 from schemas import filter_v2_pb2 as fv2
 from schemas import pipeline_records_pb2 as pr
 
+RESTART_PEER = "*"  # the peer id of a BRIDGE_RESTART record (no peer)
 log = logging.getLogger("ingest.filter")
 
 PUSHES_IN_FLIGHT = 8  # per peer
@@ -114,6 +115,7 @@ class FilterService:
                 client_options=self.client_options)
             async with IngestProducer(producer_settings) as producer:
                 self.producer = producer
+                await self._announce_restart(producer)
                 self.host.set_stream_handler(FILTER_SUBSCRIBE_CODEC, self._on_subscribe)
                 if s.legacy_v00:
                     self.host.set_stream_handler(FILTER_V00_CODEC, self._on_v00)
@@ -209,6 +211,15 @@ class FilterService:
             return response.code, response.detail
 
     # -- events ---------------------------------------------------------------------------------
+
+    async def _announce_restart(self, producer: IngestProducer) -> None:
+        """Before serving: tell Spark this bridge holds no subscriptions (a restart forgot them,
+        kill -9 included), so the table drops what an earlier run of this bridge left and
+        equals what this run answers. Retried until Kafka acknowledges it."""
+        key, value = subscription_event(RESTART_PEER, self.bridge_id, pr.BRIDGE_RESTART, time.time())
+        while not await producer.put_acked(key, value, time.perf_counter(), self.settings.record_timeout_s):
+            log.warning("filter: Kafka did not acknowledge the restart record; retrying")
+            await trio.sleep(1.0)
 
     async def emit(self, peer: str, change: Change, acked: bool = False) -> bool:
         """Produce one SubscriptionEvent (keyed by peer id: per-peer order); with `acked`, wait

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from pipeline.spark.metrics import JobMetrics
+
 log = logging.getLogger("waku.subscriptions")
 
 SUBSCRIPTIONS_SCHEMA = T.StructType([
@@ -54,6 +56,7 @@ SUBSCRIPTIONS_SCHEMA = T.StructType([
 ])
 
 RESET_OPS = ("UNSUBSCRIBE_ALL", "EXPIRE")
+RESTART_PEER = "*"  # BRIDGE_RESTART records name no peer
 
 
 def ensure_subscriptions_table(spark: "SparkSession", warehouse: WarehouseSettings) -> str:
@@ -66,7 +69,8 @@ def decode_events(kafka_df: "DataFrame") -> "DataFrame":
     """Kafka rows -> valid SubscriptionEvents with their Kafka order (`seq`)."""
     ev = from_protobuf(F.col("value"), SUBSCRIPTION_EVENT, kafka_df.sparkSession)
     df = kafka_df.select(ev.alias("e"), F.col("partition"), F.col("offset"))
-    df = df.where(F.col("e").isNotNull() & (F.col("e.peer_id") != "") & (F.col("e.bridge_id") != ""))
+    df = df.where(F.col("e").isNotNull() & (F.col("e.peer_id") != "") & (F.col("e.bridge_id") != "")
+                  & ((F.col("e.op") != "BRIDGE_RESTART") | (F.col("e.peer_id") == RESTART_PEER)))
     return df.select(
         "e.peer_id", "e.bridge_id", "e.op", "e.pubsub_topic", "e.content_topics", "e.event_time",
         "e.request_id", "e.protocol",
@@ -104,20 +108,27 @@ def apply_batch(batch: "DataFrame", path: str) -> dict[str, int]:
     # memory pressure in tests). Nothing in the source plan may then be cached.
     spark.conf.set("spark.databricks.delta.merge.materializeSource", "none")
     events = decode_events(batch)
-    kinds = events.groupBy(F.col("op").isin("SUBSCRIBE", "UNSUBSCRIBE").alias("criterion")).count().collect()
-    by_kind = {bool(r["criterion"]): r["count"] for r in kinds}
-    n = sum(by_kind.values())
+    by_op = {r["op"]: r["count"] for r in events.groupBy("op").count().collect()}
+    n = sum(by_op.values())
     if n == 0:
         return {"events": 0}
-    peers, crit = net_effect(events)
     table = DeltaTable.forPath(spark, path)
-    if by_kind.get(False):
+    if by_op.get("BRIDGE_RESTART"):
+        # A bridge restarted empty: what an earlier run of it left (refreshed before the
+        # restart) is gone; what this run answered (later event times) stays.
+        restarts = events.where(F.col("op") == "BRIDGE_RESTART").groupBy("bridge_id").agg(
+            F.max("event_time").alias("restart_time"))
+        (table.alias("t").merge(restarts.alias("s"), "t.bridge_id = s.bridge_id")
+         .whenMatchedDelete(condition="t.last_refresh < s.restart_time")
+         .execute())
+    peers, crit = net_effect(events.where(F.col("op") != "BRIDGE_RESTART"))
+    if any(by_op.get(op) for op in (*RESET_OPS, "REFRESH")):
         (table.alias("t").merge(peers.alias("s"), "t.peer_id = s.peer_id AND t.bridge_id = s.bridge_id")
          .whenMatchedDelete(condition="s.reset")
          .whenMatchedUpdate(condition="s.refresh_time IS NOT NULL AND s.refresh_time > t.last_refresh",
                             set={"last_refresh": "s.refresh_time"})
          .execute())
-    if by_kind.get(True):
+    if by_op.get("SUBSCRIBE") or by_op.get("UNSUBSCRIBE"):
         (table.alias("t").merge(
             crit.alias("s"),
             "t.peer_id = s.peer_id AND t.bridge_id = s.bridge_id AND t.pubsub_topic = s.pubsub_topic "
@@ -146,10 +157,11 @@ class SubscriptionsJob:
     """The streaming query plus the driver-side expiry; `run()` blocks, `start()` does not."""
 
     def __init__(self, spark: "SparkSession", settings: SubscriptionsJobSettings,
-                 query_name: str = "subscriptions") -> None:
+                 query_name: str = "subscriptions", metrics: "JobMetrics | None" = None) -> None:
         self.spark = spark
         self.settings = settings
         self.query_name = query_name
+        self.metrics = metrics
         self.path = ensure_subscriptions_table(spark, settings.warehouse)
         self.ttl_s = settings.ttl_s
         self.lock = threading.Lock()
@@ -161,6 +173,12 @@ class SubscriptionsJob:
         with self.lock:
             began = time.monotonic()
             counts = apply_batch(batch, self.path)
+            if self.metrics is not None:
+                from pipeline.spark.metrics import BatchFigures
+
+                self.metrics.add_figures(self.query_name, batch_id, BatchFigures(
+                    output_rows=counts["events"], counts={"subscription_events": counts["events"]},
+                    phase_seconds={"subscriptions.apply": round(time.monotonic() - began, 3)}))
             if counts["events"]:
                 log.info("batch %d: %d events applied in %.2f s", batch_id, counts["events"], time.monotonic() - began)
 
@@ -178,6 +196,8 @@ class SubscriptionsJob:
 
     def start(self) -> "StreamingQuery":
         s = self.settings
+        if self.metrics is not None:
+            self.metrics.watch(self.query_name)
         source = read_topic_stream(self.spark, s.kafka, s.topic, starting_offsets="earliest")
         self.query = (source.writeStream.queryName(self.query_name)
                       .option("checkpointLocation", s.warehouse.checkpoint_path("subscriptions"))

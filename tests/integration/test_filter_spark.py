@@ -124,3 +124,22 @@ def test_jobs_starting_together_create_their_tables_once(spark, tmp_path):
             t.join()
         assert errors == [], errors
         assert spark.read.format("delta").load(path).count() == 0
+
+
+def test_a_restarted_bridge_drops_what_its_earlier_run_left(spark, tmp_path):
+    """A bridge restarts with no subscriptions (kill -9 included) and says so first
+    (BRIDGE_RESTART): its rows refreshed before the restart go, those of other bridges and those
+    its new run answered stay, whichever batch they land in."""
+    from core.settings import WarehouseSettings
+    from pipeline.filter.subscriptions import RESTART_PEER, apply_batch, ensure_subscriptions_table
+
+    path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(
+        load_config([f"warehouse.root={tmp_path}"], environ={})))
+    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a", "gone"], 100, bridge="A"),
+                                   ev("q", pr.SUBSCRIBE, ["a"], 100, bridge="B"),
+                                   ev("p", pr.REFRESH, t=150, bridge="A")]), path)
+    # the restart (t=200) and the new run's subscribe (t=201) in one batch, other partitions
+    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a"], 201, bridge="A")], partition=1), path)
+    apply_batch(kafka_rows(spark, [ev(RESTART_PEER, pr.BRIDGE_RESTART, t=200, bridge="A"),
+                                   ev("r", pr.BRIDGE_RESTART, t=300, bridge="A")], partition=0, first_offset=3), path)
+    assert {k: v[0] for k, v in table(spark, path).items()} == {("p", "a"): "A", ("q", "a"): "B"}

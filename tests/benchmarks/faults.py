@@ -1,0 +1,713 @@
+"""Fault injection: kill -9 every component under load, restart it, and count what was lost.
+
+    .venv/bin/python tests/benchmarks/faults.py [--quick] [--seed N] [--rounds R] [--keep DIR]
+
+Everything runs as its own process on loopback, from a temporary directory:
+  - an embedded Kafka broker (one broker: its log survives a kill -9 of the process in the page
+    cache; replication is what protects against a machine's loss, see docs/reliability.md);
+  - the store, subscriptions and filter Spark jobs through ./spark-submit.sh (local[1] each);
+  - bridge A (`waku-bridge run`: relay, lightpush, filter service) and bridge B, the store
+    service (`waku-bridge run` with only the store service serving queries);
+  - load, each in its own process: a relay publisher (steady rate to A), a lightpush client
+    (one stream per request, as the reference clients; a request not answered 200 is retried
+    with the same message, up to 5 times), filter subscribers (own peer ids, subscribed to the
+    load's content topic and one topic each that they unsubscribe and subscribe again, pinging
+    every 2 s and subscribing again when a ping says the subscription is gone), and a store
+    walker that follows cursors over the load's topic on B again and again.
+
+After a warm-up, faults hit in turn (broker, store job, subscriptions job, filter job, bridge A,
+store service B), each at a random moment of its slot: kill -9 of the process group, a pause, a
+restart with the same data, checkpoints, keys and ports. A component that dies by itself is
+restarted too and reported (`unplanned_restarts`). At the end the load stops and the checks run:
+
+  accepted   distinct messages the bridge acknowledged: every message in Kafka (acks=all) plus
+             every lightpush answered 200 (those must be in Kafka too: `lost_in_kafka`)
+  stored     of those, how many are in the Delta `messages` table
+  lost       accepted - stored (after waiting for the store job to catch up); must be 0
+  duplicated rows in `messages` beyond one per message hash; must be 0
+  push_duplicates  pushes a subscriber received more than once (filter is best effort: counted)
+  subscriptions_match  the Delta `subscriptions` rows of bridge A equal the criteria its last
+             answers gave the subscribers
+  walks_inexact  store walks with a message twice or fewer messages than an earlier walk;
+             final_walk_exact: a last walk through B equals the Delta rows in (receivedTime,
+             digest) order
+
+The last line is JSON. Exit status 0 when lost = duplicated = 0, subscriptions match and the
+final walk is exact; 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT))
+
+CT = "/faults/1/load/proto"
+PUBSUB = "/waku/2/default-waku/proto"
+ROLES = ("relay", "lightpush", "subscribers", "walker")
+
+
+def log(msg: str) -> None:
+    print(f"[faults {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Load roles (each its own process: `faults.py --role NAME --spec JSON`)
+# ---------------------------------------------------------------------------------------------
+
+def _stop_event():
+    import trio
+
+    stop = trio.Event()
+
+    async def on_signals() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                stop.set()
+                return
+
+    return stop, on_signals
+
+
+def role_relay(spec: dict) -> None:
+    """Publish over relay to bridge A at spec['rate'] msg/s; after losing A, dial it again."""
+    import trio
+
+    from core.message import hash_of
+    from ingest.publisher import Publisher
+    from schemas.waku_message_pb2 import WakuMessage
+
+    out = open(spec["out"], "a", buffering=1)
+    stop, on_signals = _stop_event()
+
+    async def main() -> None:
+        pub = Publisher()
+        async with pub.running([PUBSUB]), trio.open_nursery() as nursery:
+            nursery.start_soon(on_signals)
+            seq, interval, nxt = 0, 1.0 / spec["rate"], trio.current_time()
+            while not stop.is_set():
+                if not pub.router.mesh.get(PUBSUB):
+                    try:
+                        await pub.connect(spec["peer"], timeout=5)
+                        await pub.wait_for_mesh(PUBSUB, timeout=5)
+                    except Exception:  # noqa: BLE001 - A is down: try again
+                        await trio.sleep(0.5)
+                        nxt = trio.current_time()
+                        continue
+                msg = WakuMessage(payload=b"relay-%d-%s" % (seq, os.urandom(6).hex().encode()),
+                                  content_topic=CT, timestamp=time.time_ns())
+                try:
+                    await pub.publish(msg, PUBSUB)
+                    out.write(hash_of(PUBSUB, msg).hex() + "\n")
+                    seq += 1
+                except Exception:  # noqa: BLE001
+                    await trio.sleep(0.2)
+                nxt += interval
+                await trio.sleep(max(0.0, nxt - trio.current_time()))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def role_lightpush(spec: dict) -> None:
+    """Lightpush v3 at spec['rate'] requests/s, one stream per request; acked hashes to spec['out']
+    (one line each: hash, attempts), given up ones to spec['out'] + '.failed'."""
+    import trio
+    from libp2p.custom_types import TProtocol
+
+    from core.message import hash_of
+    from ingest.framing import FrameReader, frame
+    from ingest.lightpush import codec
+    from ingest.publisher import Publisher
+    from ingest.settings import parse_peer
+    from schemas import lightpush_pb2 as lp
+    from schemas.waku_message_pb2 import WakuMessage
+
+    out = open(spec["out"], "a", buffering=1)
+    failed = open(spec["out"] + ".failed", "a", buffering=1)
+    stop, on_signals = _stop_event()
+    info = parse_peer(spec["peer"])
+
+    async def push(host, msg, rid: str) -> int | None:
+        try:
+            with trio.fail_after(15):
+                if not host.get_network().connections.get(info.peer_id):
+                    await host.connect(info)
+                stream = await host.new_stream(info.peer_id, [TProtocol(codec.LIGHTPUSH_V3_CODEC)])
+                try:
+                    await stream.write(frame(codec.v3_request(rid, msg, PUBSUB)))
+                    data = await FrameReader(stream, 1 << 20).read_frame()
+                finally:
+                    try:
+                        await stream.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+            return None if data is None else lp.LightpushResponse.FromString(data).status_code
+        except Exception:  # noqa: BLE001 - A down, stream reset, timeout
+            return None
+
+    async def main() -> None:
+        client = Publisher()  # a host (relay unused): lightpush needs only streams
+        async with client.running([]), trio.open_nursery() as nursery:
+            nursery.start_soon(on_signals)
+            seq, interval, nxt = 0, 1.0 / spec["rate"], trio.current_time()
+            while not stop.is_set():
+                msg = WakuMessage(payload=b"lightpush-%d-%s" % (seq, os.urandom(6).hex().encode()),
+                                  content_topic=CT, timestamp=time.time_ns())
+                seq += 1
+                h = hash_of(PUBSUB, msg).hex()
+                for attempt in range(1, 6):
+                    status = await push(client.host, msg, f"{seq}-{attempt}")
+                    if status == 200:
+                        out.write(f"{h} {attempt}\n")
+                        break
+                    await trio.sleep(0.5 * attempt)
+                else:
+                    failed.write(h + "\n")
+                nxt = max(nxt + interval, trio.current_time() - 1.0)
+                await trio.sleep(max(0.0, nxt - trio.current_time()))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def role_subscribers(spec: dict) -> None:
+    """spec['count'] filter clients on bridge A. Pushes to spec['out'] ("client hash" lines);
+    each client's criteria after its last answered request to spec['state'] at the end."""
+    import trio
+
+    from core.message import hash_of
+    from ingest.filter.client import FilterClient
+
+    out = open(spec["out"], "a", buffering=1)
+    stop, on_signals = _stop_event()
+    rng = random.Random(spec["seed"])
+    clients: list[FilterClient] = []
+    stats = {"resubscribed": 0, "request_errors": 0}
+
+    async def drop_connection(c: FilterClient) -> None:
+        if c.service is not None:
+            try:
+                await c.host.disconnect(c.service)
+            except Exception:  # noqa: BLE001
+                pass
+
+    async def ensure(c: FilterClient, topics: set[str]) -> None:
+        """Subscribed to exactly `topics` as far as A's answers go (retries until it is)."""
+        while not stop.is_set():
+            try:
+                if c.service is None or not c.host.get_network().connections.get(c.service):
+                    await c.connect(spec["peer"], timeout=5)
+                r = await c.ping(timeout=5)
+                if r is not None and r.status_code == 404 and c.criteria:  # A forgot us (restart)
+                    stats["resubscribed"] += 1
+                    c.criteria.clear()
+                have = {ct for (_, ct) in c.criteria}
+                if have - topics:
+                    r = await c.unsubscribe(PUBSUB, sorted(have - topics))
+                    if r.status_code == 404:  # A lost them (restart): nothing to undo there
+                        for ct in have - topics:
+                            c.criteria.pop((PUBSUB, ct), None)
+                if topics - {ct for (_, ct) in c.criteria}:
+                    await c.subscribe(PUBSUB, sorted(topics))
+                if {ct for (_, ct) in c.criteria} == topics:
+                    return
+            except Exception:  # noqa: BLE001 - A down or restarting: dial it again
+                stats["request_errors"] += 1
+                await drop_connection(c)
+            await trio.sleep(0.5)
+
+    async def run_client(i: int, c: FilterClient) -> None:
+        extra = f"/faults/1/extra-{i}/proto"
+        want = {CT, extra}
+        async with c.running():
+            await ensure(c, want)
+            async with trio.open_nursery() as nursery:
+                async def read_pushes() -> None:
+                    async for p in c.pushes():
+                        out.write(f"{i} {hash_of(p.pubsub_topic or PUBSUB, p.message).hex()}\n")
+                nursery.start_soon(read_pushes)
+                while not stop.is_set():
+                    await trio.sleep(2.0)
+                    if stop.is_set():
+                        break
+                    if rng.random() < 0.2:  # change the extra topic
+                        want = {CT} if extra in want else {CT, extra}
+                        await ensure(c, want)
+                        continue
+                    try:
+                        r = await c.ping(timeout=5)
+                        if r is not None and r.status_code != 200:
+                            stats["resubscribed"] += 1
+                            c.criteria.clear()
+                            await ensure(c, want)
+                    except Exception:  # noqa: BLE001 - A down or restarting: dial it again
+                        stats["request_errors"] += 1
+                        await drop_connection(c)
+                        await ensure(c, want)
+                nursery.cancel_scope.cancel()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(on_signals)
+            for i in range(spec["count"]):
+                c = FilterClient()
+                clients.append(c)
+                nursery.start_soon(run_client, i, c)
+            await stop.wait()
+            await trio.sleep(0.5)
+            nursery.cancel_scope.cancel()
+        state = {"clients": [{"peer": c.peer_id.to_base58(), "criteria": sorted(ct for (_, ct) in c.criteria)}
+                             for c in clients], **stats}
+        Path(spec["state"]).write_text(json.dumps(state))
+
+    trio.run(main)
+
+
+def role_walker(spec: dict) -> None:
+    """Follow cursors over CT on store service B, again and again; one JSON line per walk."""
+    import trio
+
+    from core.message import hash_of
+    from core.store_page import StoreQuery
+    from ingest.store.client import StoreClient
+
+    out = open(spec["out"], "a", buffering=1)
+    stop, on_signals = _stop_event()
+
+    async def walk(client: StoreClient, peer) -> list[str]:
+        query, hashes = StoreQuery(pubsub_topic=PUBSUB, content_topics=(CT,), page_size=100), []
+        for _ in range(100_000):
+            page = await client.query(peer, query)
+            hashes += [hash_of(PUBSUB, m).hex() for m in page.waku_messages]
+            if page.cursor is None:
+                return hashes
+            query = query.with_cursor(page.cursor)
+        raise RuntimeError("walk did not end")
+
+    async def main() -> None:
+        async with StoreClient.running(timeout=15) as client, trio.open_nursery() as nursery:
+            nursery.start_soon(on_signals)
+            best = 0
+            while not stop.is_set():
+                try:
+                    with trio.fail_after(60):
+                        peer = await client.connect(spec["peer"])
+                        hashes = await walk(client, peer)
+                    dup = len(hashes) - len(set(hashes))
+                    shrunk = len(hashes) < best
+                    best = max(best, len(hashes))
+                    out.write(json.dumps({"rows": len(hashes), "duplicates": dup, "shrunk": shrunk}) + "\n")
+                    if spec.get("final"):
+                        Path(spec["final"]).write_text("\n".join(hashes))
+                        break
+                except Exception as exc:  # noqa: BLE001 - B down or restarting
+                    out.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:200]}) + "\n")
+                    if spec.get("final"):
+                        await trio.sleep(1.0)
+                        continue
+                await trio.sleep(spec.get("pause", 1.0))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+# ---------------------------------------------------------------------------------------------
+# The harness
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Component:
+    """A supervised child: `start()` returns its process; kill -9 hits its process group."""
+    name: str
+    start: Callable[[], Any]
+    proc: Any = None
+    planned_kill: bool = False
+    unplanned: int = 0
+    kills: int = 0
+
+    @property
+    def pid(self) -> int | None:
+        p = self.proc
+        return None if p is None else (p.pid if hasattr(p, "pid") else None)
+
+    def launch(self) -> None:
+        self.proc = self.start()
+        self.planned_kill = False
+
+    def kill9(self) -> None:
+        pid = self.pid
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(30)
+            except Exception:  # noqa: BLE001
+                pass
+        self.kills += 1
+        self.planned_kill = True
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+
+@dataclass
+class Run:
+    tmp: Path
+    seed: int
+    quick: bool
+    kafka_port: int = field(default_factory=free_port)
+    controller_port: int = field(default_factory=free_port)
+    a_port: int = field(default_factory=free_port)
+    b_port: int = field(default_factory=free_port)
+    a_metrics: int = field(default_factory=free_port)
+    components: dict[str, Component] = field(default_factory=dict)
+    loads: dict[str, subprocess.Popen] = field(default_factory=dict)
+    broker: Any = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    def overrides(self) -> list[str]:
+        return [
+            f"kafka.bootstrap_servers={self.bootstrap}",
+            f"warehouse.root={self.tmp / 'warehouse'}",
+            f"warehouse.checkpoints={self.tmp / 'checkpoints'}",
+            "spark.master=local[1]", "spark.shuffle_partitions=2",
+            "store.trigger_seconds=1.0", "filter.subscriptions_trigger_seconds=0.5",
+            "topics.messages_partitions=2", "topics.subscriptions_partitions=2", "topics.push_partitions=1",
+        ]
+
+    def bridge_overrides(self, name: str, port: int) -> list[str]:
+        common = self.overrides() + [
+            f"bridge.key_file={self.tmp / name / 'key'}", "bridge.listen_host=127.0.0.1",
+            f"bridge.tcp_port={port}", "bridge.ws_port=-1", f"bridge.pubsub_topics={PUBSUB}",
+            "bridge.producer_delivery_timeout_s=120", "bridge.backpressure_timeout_s=30",
+        ]
+        if name == "bridge":
+            return common + [f"bridge.metrics_port={self.a_metrics}", "store_service.enabled=false",
+                             "filter.enabled=true", "bridge.lightpush_per_peer_per_s=1000",
+                             "filter.push_rate_per_peer=1000", "filter.push_burst_per_peer=1000",
+                             "filter.max_requests_per_peer_per_minute=1000"]
+        return common + ["bridge.metrics_port=-1", "store_service.enabled=true", "store_service.refresh_interval_s=1.0",
+                         "filter.enabled=false", "bridge.lightpush_enabled=false",
+                         "store_service.max_queries_per_peer_per_s=1000"]
+
+    # -- components ------------------------------------------------------------------------
+
+    def start_broker(self) -> Any:
+        from tools.embedded_kafka import EmbeddedKafka
+
+        self.broker = EmbeddedKafka(data_dir=self.tmp / "kafka", port=self.kafka_port,
+                                    controller_port=self.controller_port, jar_dir=REPO_ROOT / ".cache/jars/kafka")
+        self.broker.start()
+        return self.broker._proc
+
+    def start_job(self, job: str) -> subprocess.Popen:
+        args = [a for item in self.overrides() for a in ("--set", item)]
+        logf = (self.tmp / "logs" / f"{job}.log").open("ab")
+        return subprocess.Popen([str(REPO_ROOT / "spark-submit.sh"), job, *args], stdout=logf,
+                                stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
+
+    def start_bridge(self, name: str) -> subprocess.Popen:
+        from tools.processes import start_bridge
+
+        port = self.a_port if name == "bridge" else self.b_port
+        logf = (self.tmp / "logs" / f"{name}.log").open("a")
+        bridge = start_bridge(self.bridge_overrides(name, port), log=logf, timeout=120)
+        addr = bridge.tcp_addr
+        setattr(self, f"{name}_addr", addr.replace("0.0.0.0", "127.0.0.1"))
+        return bridge.proc
+
+    def start_load(self, role: str, spec: dict) -> None:
+        logf = (self.tmp / "logs" / f"{role}.log").open("ab")
+        self.loads[role] = subprocess.Popen(
+            [sys.executable, __file__, "--role", role, "--spec", json.dumps(spec)],
+            stdout=logf, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
+
+    def supervise(self) -> None:
+        """Restart anything that died by itself (a supervisor's job: systemd, Kubernetes)."""
+        for c in self.components.values():
+            if c.exited() and not c.planned_kill:
+                c.unplanned += 1
+                log(f"{c.name} exited by itself with {c.proc.returncode}: restarting")
+                c.launch()
+
+
+def setup_components(run: Run) -> None:
+    for d in ("logs", "bridge", "store-service"):
+        (run.tmp / d).mkdir(parents=True, exist_ok=True)
+    comps = {
+        "kafka": Component("kafka", run.start_broker),
+        "store job": Component("store job", lambda: run.start_job("store")),
+        "subscriptions job": Component("subscriptions job", lambda: run.start_job("subscriptions")),
+        "filter job": Component("filter job", lambda: run.start_job("filter")),
+        "bridge": Component("bridge", lambda: run.start_bridge("bridge")),
+        "store service": Component("store service", lambda: run.start_bridge("store-service")),
+    }
+    run.components = comps
+    comps["kafka"].launch()
+    from core.kafka import ensure_topics
+
+    ensure_topics(run.bootstrap, {"waku.messages": 2, "waku.subscriptions": 2})
+    for name in ("store job", "subscriptions job", "filter job", "bridge", "store service"):
+        comps[name].launch()
+
+
+def delta_rows(path: Path, columns: list[str]) -> list[dict] | None:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(str(path)).to_pyarrow_table(columns=columns).to_pylist()
+    except (TableNotFoundError, OSError):
+        return None
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float, run: Run) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run.supervise()
+        try:
+            if check():
+                return True
+        except Exception as exc:  # noqa: BLE001
+            log(f"waiting for {what}: {type(exc).__name__}: {exc}")
+        time.sleep(1.0)
+    log(f"gave up waiting for {what} after {timeout:.0f} s")
+    return False
+
+
+def pause(seconds: float, run: Run) -> None:
+    """Sleep, supervising."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        run.supervise()
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+def kafka_messages(bootstrap: str) -> tuple[set[str], int]:
+    """Message hashes of every record in waku.messages, and the record count."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from core.message import hash_of
+    from schemas import pipeline_records_pb2 as pr
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=3000)
+    parts = [TopicPartition("waku.messages", p) for p in consumer.partitions_for_topic("waku.messages") or ()]
+    consumer.assign(parts)
+    consumer.seek_to_beginning()
+    end = consumer.end_offsets(parts)
+    hashes, n = set(), 0
+    while any(consumer.position(p) < end[p] for p in parts):
+        for batch in consumer.poll(1000).values():
+            for rec in batch:
+                v = pr.IngestRecord.FromString(rec.value)
+                hashes.add(hash_of(v.pubsub_topic, v.message).hex())
+                n += 1
+    consumer.close()
+    return hashes, n
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one fault per component, low load (CI)")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--rounds", type=int, help="fault rounds (each hits all six components); default 2, quick 1")
+    parser.add_argument("--slot", type=float, help="seconds per fault (default 30, quick 20)")
+    parser.add_argument("--relay-rate", type=float, help="relay msg/s (default 50, quick 20)")
+    parser.add_argument("--lightpush-rate", type=float, help="lightpush requests/s (default 10, quick 5)")
+    parser.add_argument("--subscribers", type=int, help="filter clients (default 8, quick 3)")
+    parser.add_argument("--keep", help="work in this directory and keep it (logs, tables)")
+    parser.add_argument("--role", choices=ROLES, help=argparse.SUPPRESS)
+    parser.add_argument("--spec", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role:
+        {"relay": role_relay, "lightpush": role_lightpush, "subscribers": role_subscribers,
+         "walker": role_walker}[args.role](json.loads(args.spec))
+        return 0
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    rounds = args.rounds or (1 if args.quick else 2)
+    slot = args.slot or (20.0 if args.quick else 30.0)
+    relay_rate = args.relay_rate or (20.0 if args.quick else 50.0)
+    lp_rate = args.lightpush_rate or (5.0 if args.quick else 10.0)
+    n_subs = args.subscribers or (3 if args.quick else 8)
+    log(f"seed {seed}; {rounds} round(s) of 6 faults, {slot:.0f} s each; relay {relay_rate:g}/s, "
+        f"lightpush {lp_rate:g}/s, {n_subs} subscribers")
+    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="waku-faults-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    run = Run(tmp, seed, args.quick)
+    result: dict[str, Any] = {"benchmark": "faults", "seed": seed, "quick": args.quick}
+    began = time.monotonic()
+    try:
+        setup_components(run)
+        msgs_path = tmp / "warehouse" / "messages"
+        subs_path = tmp / "warehouse" / "subscriptions"
+        wait_until("the store and subscriptions tables", lambda: delta_rows(msgs_path, ["digest"]) is not None
+                   and delta_rows(subs_path, ["peer_id"]) is not None, 240, run)
+        a, b = run.bridge_addr, run.__dict__["store-service_addr"]
+        run.start_load("subscribers", {"peer": a, "count": n_subs, "seed": seed, "out": str(tmp / "pushes.txt"),
+                                       "state": str(tmp / "subscribers.json")})
+        run.start_load("relay", {"peer": a, "rate": relay_rate, "out": str(tmp / "relay.txt")})
+        run.start_load("lightpush", {"peer": a, "rate": lp_rate, "out": str(tmp / "lightpush.txt")})
+        run.start_load("walker", {"peer": b, "out": str(tmp / "walks.txt"), "pause": 1.0})
+        startup = time.monotonic() - began
+        log(f"started in {startup:.0f} s; warm-up {slot:.0f} s")
+        pause(slot, run)
+        order = ["kafka", "store job", "subscriptions job", "filter job", "bridge", "store service"]
+        faults: list[dict] = []
+        for r in range(rounds):
+            for name in order:
+                c = run.components[name]
+                at = rng.uniform(0.1, 0.5) * slot
+                pause(at, run)
+                down = rng.uniform(1.0, 5.0)
+                log(f"round {r + 1}: kill -9 {name} (pid {c.pid}); restart in {down:.1f} s")
+                c.kill9()
+                time.sleep(down)
+                t0 = time.monotonic()
+                c.launch()
+                faults.append({"component": name, "down_s": round(down, 1),
+                               "restart_s": round(time.monotonic() - t0, 1)})
+                pause(slot - at, run)
+        log("faults done; stopping the load")
+        for role in ("relay", "lightpush", "subscribers", "walker"):
+            p = run.loads[role]
+            p.send_signal(signal.SIGTERM)
+        for p in run.loads.values():
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        # Every acknowledged message is in Kafka; wait until the store job has all of them.
+        lp_acked = {ln for ln in lines(tmp / "lightpush.txt")[0::2]}
+        lp_failed = set(lines(tmp / "lightpush.txt.failed"))
+        relay_published = set(lines(tmp / "relay.txt"))
+        in_kafka, kafka_records = kafka_messages(run.bootstrap)
+        accepted = in_kafka | lp_acked
+        stored_rows: list[dict] = []
+
+        def caught_up() -> bool:
+            nonlocal stored_rows
+            stored_rows = delta_rows(msgs_path, ["message_hash", "received_time", "digest", "content_topic"]) or []
+            have = {r["message_hash"].hex() for r in stored_rows}
+            return accepted <= have
+
+        wait_until("the store job to store every accepted message", caught_up, 180, run)
+        hashes = [r["message_hash"].hex() for r in stored_rows]
+        stored = accepted & set(hashes)
+        # The subscriptions table against the subscribers' own record of A's answers.
+        state = json.loads((tmp / "subscribers.json").read_text()) if (tmp / "subscribers.json").exists() else {}
+        want = {(c["peer"], ct) for c in state.get("clients", []) for ct in c["criteria"]}
+        a_id = run.bridge_addr.rsplit("/p2p/", 1)[1]
+        have_subs: set = set()
+
+        def subs_match() -> bool:
+            nonlocal have_subs
+            rows = delta_rows(subs_path, ["peer_id", "content_topic", "bridge_id"]) or []
+            have_subs = {(r["peer_id"], r["content_topic"]) for r in rows if r["bridge_id"] == a_id}
+            return have_subs == want
+
+        subscriptions_match = wait_until("the subscriptions table to match", subs_match, 60, run)
+        # Pushes: per subscriber, a message twice is a duplicate.
+        pushes = [ln.split() for ln in (tmp / "pushes.txt").read_text().splitlines()] if (tmp / "pushes.txt").exists() else []
+        per_client: dict[str, list[str]] = {}
+        for client, h in pushes:
+            per_client.setdefault(client, []).append(h)
+        push_dups = sum(len(v) - len(set(v)) for v in per_client.values())
+        # Every subscriber is on CT throughout (but while A restarts): the share of accepted
+        # messages each received (best effort: pushes for a peer whose bridge is down are lost).
+        coverage = [len(set(v) & accepted) / max(1, len(accepted)) for v in per_client.values()]
+        # Store walks during the faults, and a final one through B against Delta's order.
+        walks = [json.loads(ln) for ln in (tmp / "walks.txt").read_text().splitlines()] if (tmp / "walks.txt").exists() else []
+        ok_walks = [w for w in walks if "rows" in w]
+        inexact = sum(1 for w in ok_walks if w["duplicates"] or w["shrunk"])
+        time.sleep(3.0)  # B refreshes its snapshot every second
+        final_path = tmp / "final_walk.txt"
+        run.start_load("walker", {"peer": b, "out": str(tmp / "final_walk.jsonl"), "final": str(final_path)})
+        run.loads["walker"].wait(120)
+        final = final_path.read_text().split() if final_path.exists() else []
+        expected = [r["message_hash"].hex() for r in sorted(
+            (r for r in stored_rows if r["content_topic"] == CT), key=lambda r: (r["received_time"], r["digest"]))]
+        result.update({
+            "faults": len(faults),
+            "fault_log": faults,
+            "unplanned_restarts": {c.name: c.unplanned for c in run.components.values() if c.unplanned},
+            "startup_s": round(startup, 1),
+            "relay_published": len(relay_published),
+            "lightpush_acked": len(lp_acked),
+            "lightpush_given_up": len(lp_failed - lp_acked),
+            "kafka_records": kafka_records,
+            "accepted": len(accepted),
+            "stored": len(stored),
+            "lost": len(accepted - stored),
+            "lost_in_kafka": len(lp_acked - in_kafka),
+            "duplicated": len(hashes) - len(set(hashes)),
+            "relay_not_accepted": len(relay_published - in_kafka),
+            "pushes": len(pushes),
+            "push_duplicates": push_dups,
+            "push_coverage_min": round(min(coverage, default=0.0), 3),
+            "push_coverage_max": round(max(coverage, default=0.0), 3),
+            "subscribers_resubscribed": state.get("resubscribed"),
+            "subscriptions_match": subscriptions_match,
+            "subscriptions_expected": len(want),
+            "subscriptions_in_table": len(have_subs),
+            "walks": len(ok_walks),
+            "walk_errors": len(walks) - len(ok_walks),
+            "walks_inexact": inexact,
+            "final_walk_exact": final == expected,
+            "final_walk_rows": len(final),
+            "seconds": round(time.monotonic() - began, 1),
+            "work_dir": str(tmp),
+        })
+    finally:
+        for p in run.loads.values():
+            if p.poll() is None:
+                p.kill()
+        for name in ("bridge", "store service", "filter job", "subscriptions job", "store job"):
+            c = run.components.get(name)
+            if c is not None and c.proc is not None and c.proc.poll() is None:
+                try:
+                    os.killpg(c.pid, signal.SIGTERM)
+                    c.proc.wait(30)
+                except Exception:  # noqa: BLE001
+                    c.kill9()
+        if run.broker is not None:
+            run.broker.stop()
+    for key in ("faults", "accepted", "stored", "lost", "duplicated", "push_duplicates", "subscriptions_match",
+                "walks", "walks_inexact", "final_walk_exact", "unplanned_restarts"):
+        log(f"{key}: {result.get(key)}")
+    print(json.dumps(result))
+    ok = (result.get("lost") == 0 and result.get("duplicated") == 0 and result.get("lost_in_kafka") == 0
+          and result.get("subscriptions_match") and result.get("final_walk_exact") and result.get("walks_inexact") == 0)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
