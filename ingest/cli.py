@@ -22,6 +22,7 @@ from core.config import ConfigError, add_config_arguments, config_from_args
 from core.topics import DEFAULT_PUBSUB_TOPIC, check_pubsub_topic
 from ingest.host import ListenError, quiet_network_errors
 from ingest.identity import IdentityError, load_or_create_key, peer_id_of
+from ingest.kafka_producer import quiet_kafka_client_logs
 from ingest.node import BridgeError
 from ingest.relay.codec import Limits
 
@@ -40,6 +41,7 @@ def _setup_logging(verbose: bool) -> None:
         for noisy in ("kafka", "libp2p", "multiaddr", "async_service"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         quiet_network_errors()
+        quiet_kafka_client_logs()
 
 
 async def _stop_on_signal(stop: "callable[[], None]") -> None:  # type: ignore[valid-type]

@@ -28,6 +28,43 @@ from core.kafka import client_options as kafka_client_options
 
 log = logging.getLogger("ingest.kafka")
 
+
+class _KafkaClientLogLimit(logging.Filter):
+    """kafka-python logs a lost broker as a storm (every connection, fetch and metadata refresh,
+    at ERROR, with tracebacks: ~330 lines for a 25 s restart). Keep one line per logger and level
+    a minute, without the traceback; the producer's own stall warnings say what it means."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self.last: dict[tuple[str, int], float] = {}
+        self.suppressed: dict[tuple[str, int], int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("kafka"):
+            return True
+        key = (record.name, record.levelno)
+        now = time.monotonic()
+        if now - self.last.get(key, -self.every_s) < self.every_s:
+            self.suppressed[key] = self.suppressed.get(key, 0) + 1
+            return False
+        self.last[key] = now
+        n = self.suppressed.pop(key, 0)
+        text = record.getMessage().splitlines()[0]
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" ({type(record.exc_info[1]).__name__})"
+        record.msg = text + (f" [{n} similar lines not shown since]" if n else "")
+        record.args, record.exc_info, record.exc_text = None, None, None
+        return True
+
+
+def quiet_kafka_client_logs(every_s: float = 60.0) -> None:
+    """At most one kafka-python line per logger and level per `every_s` (no tracebacks)."""
+    handler_filter = _KafkaClientLogLimit(every_s)
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _KafkaClientLogLimit) for f in handler.filters):
+            handler.addFilter(handler_filter)
+
 _LOG_EVERY_S = 10.0
 
 

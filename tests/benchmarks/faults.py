@@ -93,6 +93,7 @@ def role_relay(spec: dict) -> None:
 
     from core.message import hash_of
     from ingest.publisher import Publisher
+    from ingest.settings import parse_peer
     from schemas.waku_message_pb2 import WakuMessage
 
     out = open(spec["out"], "a", buffering=1)
@@ -103,10 +104,11 @@ def role_relay(spec: dict) -> None:
         async with pub.running([PUBSUB]), trio.open_nursery() as nursery:
             nursery.start_soon(on_signals)
             seq, interval, nxt = 0, 1.0 / spec["rate"], trio.current_time()
+            info = parse_peer(spec["peer"])
             while not stop.is_set():
-                if not pub.router.mesh.get(PUBSUB):
+                if not pub.host.get_network().connections.get(info.peer_id) or not pub.router.mesh.get(PUBSUB):
                     try:
-                        await pub.connect(spec["peer"], timeout=5)
+                        await pub.connect(info, timeout=5)
                         await pub.wait_for_mesh(PUBSUB, timeout=5)
                     except Exception:  # noqa: BLE001 - A is down: try again
                         await trio.sleep(0.5)
@@ -577,8 +579,19 @@ def main() -> int:
         run.start_load("relay", {"peer": a, "rate": relay_rate, "out": str(tmp / "relay.txt")})
         run.start_load("lightpush", {"peer": a, "rate": lp_rate, "out": str(tmp / "lightpush.txt")})
         run.start_load("walker", {"peer": b, "out": str(tmp / "walks.txt"), "pause": 1.0})
+        # Faults start once the whole path flows: every subscriber has had a push (so the
+        # subscriptions and filter jobs have run a batch) and a store walk found rows.
+        def flowing() -> bool:
+            pushes = tmp / "pushes.txt"
+            clients = {ln.split()[0] for ln in pushes.read_text().splitlines()} if pushes.exists() else set()
+            walks = tmp / "walks.txt"
+            rows = any('"rows": 0' not in ln and '"rows"' in ln for ln in walks.read_text().splitlines()) \
+                if walks.exists() else False
+            return len(clients) == n_subs and rows
+
+        flows = wait_until("pushes to every subscriber and rows in store walks", flowing, 600, run)
         startup = time.monotonic() - began
-        log(f"started in {startup:.0f} s; warm-up {slot:.0f} s")
+        log(f"flowing after {startup:.0f} s; warm-up {slot:.0f} s")
         pause(slot, run)
         order = ["kafka", "store job", "subscriptions job", "filter job", "bridge", "store service"]
         faults: list[dict] = []
@@ -660,6 +673,7 @@ def main() -> int:
             "fault_log": faults,
             "unplanned_restarts": {c.name: c.unplanned for c in run.components.values() if c.unplanned},
             "startup_s": round(startup, 1),
+            "flowing_before_faults": flows,
             "relay_published": len(relay_published),
             "lightpush_acked": len(lp_acked),
             "lightpush_given_up": len(lp_failed - lp_acked),
