@@ -53,7 +53,7 @@ class _KafkaClientLogLimit(logging.Filter):
         text = record.getMessage().splitlines()[0]
         if record.exc_info and record.exc_info[1] is not None:
             text += f" ({type(record.exc_info[1]).__name__})"
-        record.msg = text + (f" [{n} similar lines not shown since]" if n else "")
+        record.msg = text + (f" [{n} similar lines not shown]" if n else "")
         record.args, record.exc_info, record.exc_text = None, None, None
         return True
 
