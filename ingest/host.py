@@ -15,13 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import multiaddr
+import trio
 from libp2p import new_host
 from libp2p.abc import IHost
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
 from libp2p.custom_types import TProtocol
+from libp2p.io.exceptions import IOException
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
+from libp2p.stream_muxer.exceptions import MuxedConnError, MuxedStreamError
 from libp2p.stream_muxer.mplex.mplex import MPLEX_PROTOCOL_ID, Mplex
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
@@ -161,6 +164,11 @@ async def _no_auto_dials() -> None:
     return None
 
 
+# What a stream ends with when the peer resets it, closes it or goes away mid-answer.
+NETWORK_ERRORS = (IOException, MuxedStreamError, MuxedConnError, OSError, EOFError, trio.BrokenResourceError,
+                  trio.ClosedResourceError)
+
+
 @dataclass(frozen=True)
 class StreamLimits:
     """Inbound streams open at once, per remote peer and in all (every protocol, relay included:
@@ -175,9 +183,16 @@ class StreamGate:
     on a host with `gate_stream_handlers`; `on_refused(protocol, scope)` counts refusals."""
 
     def __init__(self, limits: StreamLimits,
-                 on_refused: Callable[[str, str], None] | None = None) -> None:
+                 on_refused: Callable[[str, str], None] | None = None,
+                 on_failed: Callable[[str, str], None] | None = None) -> None:
         self.limits = limits
         self.on_refused = on_refused
+        # A handler that raises must not take the connection (py-libp2p runs handlers in the
+        # connection's nursery: one StreamReset written to a peer that gave up killed the whole
+        # swarm). on_failed(protocol, kind): kind "network" (the peer reset, closed or left) or
+        # "handler" (a bug: logged once per protocol with its one-line cause).
+        self.on_failed = on_failed
+        self._logged: set[str] = set()
         self.total = 0
         self.by_peer: Counter[Any] = Counter()
 
@@ -200,6 +215,12 @@ class StreamGate:
             self.by_peer[peer] += 1
             try:
                 await handler(stream)
+            except NETWORK_ERRORS as exc:
+                self._failed(protocol, "network", exc)
+                await _reset_quietly(stream)
+            except Exception as exc:  # noqa: BLE001 - one stream's failure, never the connection's
+                self._failed(protocol, "handler", exc)
+                await _reset_quietly(stream)
             finally:
                 self.total -= 1
                 self.by_peer[peer] -= 1
@@ -207,6 +228,26 @@ class StreamGate:
                     del self.by_peer[peer]
 
         return gated
+
+
+    def _failed(self, protocol: str, kind: str, exc: BaseException) -> None:
+        if self.on_failed is not None:
+            self.on_failed(protocol, kind)
+        lg = logging.getLogger("ingest.host")
+        if kind == "handler" and protocol not in self._logged:
+            self._logged.add(protocol)
+            lg.warning("stream %s: handler failed: %s: %s (stream reset; later failures of this protocol "
+                       "are counted in waku_bridge_stream_failures_total)", protocol, type(exc).__name__,
+                       str(exc).splitlines()[0] if str(exc) else "")
+        else:
+            lg.debug("stream %s ended: %s: %s", protocol, type(exc).__name__, exc)
+
+
+async def _reset_quietly(stream: Any) -> None:
+    try:
+        await stream.reset()
+    except Exception:  # noqa: BLE001 - gone already
+        pass
 
 
 def gate_stream_handlers(host: IHost, gate: StreamGate) -> None:

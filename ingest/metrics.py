@@ -36,6 +36,9 @@ class BridgeMetrics(RelayObserver):
         self.streams_open = Gauge("waku_bridge_streams_open", "Inbound streams whose handler runs", registry=r)
         self.streams_refused = Counter("waku_bridge_streams_refused", "Inbound streams reset over a cap, by protocol and cap (peer, total)",
                                        ["protocol", "scope"], registry=r)
+        self.stream_failures = Counter("waku_bridge_stream_failures", "Inbound streams whose handler ended in an error, by protocol "
+                                       "and kind (network: the peer reset or left; handler: a bug)",
+                                       ["protocol", "kind"], registry=r)
         self.ack_latency = Histogram("waku_bridge_ack_latency_seconds", "From a message's arrival to Kafka's acknowledgement",
                                      buckets=LATENCY_BUCKETS, registry=r)
         for reason in Reject:
@@ -64,6 +67,9 @@ class BridgeMetrics(RelayObserver):
 
     def on_stream_refused(self, protocol: str, scope: str) -> None:
         self.streams_refused.labels(protocol, scope).inc()
+
+    def on_stream_failed(self, protocol: str, kind: str) -> None:
+        self.stream_failures.labels(protocol, kind).inc()
 
     def producer_stats(self) -> ProducerStats:
         return ProducerStats(

@@ -109,7 +109,7 @@ class Bridge:
         s = self.settings
         check_listen_addrs(self.listen_addrs)
         tls = tls_server_context(s.tls_cert_file, s.tls_key_file) if s.wss_port >= 0 else None
-        gate = StreamGate(s.stream_limits, self.metrics.on_stream_refused)
+        gate = StreamGate(s.stream_limits, self.metrics.on_stream_refused, self.metrics.on_stream_failed)
         self.host = host = build_host(self.key_pair, self.listen_addrs, tls_server=tls, announce=s.announce,
                                       stream_gate=gate)
         self.stream_gate = gate

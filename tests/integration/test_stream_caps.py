@@ -19,6 +19,7 @@ from ingest.metrics import BridgeMetrics
 from ingest.node import Bridge
 from ingest.publisher import Publisher
 from ingest.settings import BridgeSettings
+from schemas import filter_v2_pb2 as fv2
 from schemas import lightpush_pb2 as lp
 from schemas.waku_message_pb2 import WakuMessage
 from tests.integration.test_bridge import create_topic
@@ -99,3 +100,61 @@ def test_stream_caps_per_peer_and_total(kafka, tmp_path):
     refused = {scope: metrics.value("waku_bridge_streams_refused_total", protocol=codec.LIGHTPUSH_V3_CODEC,
                                     scope=scope) for scope in ("peer", "total")}
     assert refused == {"peer": 1, "total": 1}
+
+
+def test_a_failing_handler_costs_its_stream_not_the_bridge(kafka, tmp_path):
+    """py-libp2p runs stream handlers in the connection's nursery: before the gate caught them,
+    one StreamReset (a filter answer written to a client that had given up waiting, found by
+    tests/benchmarks/faults.py) killed the swarm and the bridge exited. Now the stream is reset,
+    counted, and everyone, the same peer included, is served on."""
+    from libp2p.network.stream.exceptions import StreamReset
+
+    from ingest.filter.client import FilterClient
+
+    cfg = load_config([f"kafka.bootstrap_servers={kafka}", "topics.messages=test.stream_caps.fail",
+                       "topics.subscriptions=test.stream_caps.fail.subs", "topics.push_prefix=test.stream_caps.fail.push.",
+                       f"bridge.key_file={tmp_path / 'key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
+                       "bridge.ws_port=-1", "bridge.metrics_port=-1", "store_service.enabled=false",
+                       "filter.max_requests_per_peer_per_minute=1000"], environ={})
+    metrics = BridgeMetrics()
+    bridge = Bridge(BridgeSettings.from_config(cfg), metrics=metrics, out=open("/dev/null", "w"))
+    out: dict = {"answers": []}
+
+    async def broken(stream) -> None:
+        await stream.read(1)
+        raise StreamReset("Cannot write to stream; stream is reset")
+
+    async def buggy(stream) -> None:
+        await stream.read(1)
+        raise KeyError("a bug")
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(bridge.run)
+            with trio.fail_after(60):
+                await bridge.filter.ready.wait()
+            bridge.host.set_stream_handler(TProtocol("/test/broken/1"), broken)
+            bridge.host.set_stream_handler(TProtocol("/test/buggy/1"), buggy)
+            client = FilterClient()
+            async with client.running():
+                await client.connect(str(bridge.addrs[0]))
+                for proto in ("/test/broken/1", "/test/buggy/1", "/test/buggy/1"):
+                    s = await client.host.new_stream(bridge.peer_id, [TProtocol(proto)])
+                    await s.write(b"x")
+                await trio.sleep(0.5)
+                # a client that gives up on its answers: subscribe, then reset at once, many times
+                for i in range(30):
+                    s = await client.host.new_stream(bridge.peer_id, [TProtocol("/vac/waku/filter-subscribe/2.0.0-beta1")])
+                    await s.write(frame(fv2.FilterSubscribeRequest(
+                        request_id=f"r{i}", filter_subscribe_type=fv2.FilterSubscribeRequest.SUBSCRIBE,
+                        pubsub_topic="/waku/2/default-waku/proto", content_topics=[f"/t/1/{i}/proto"]).SerializeToString()))
+                    await s.reset()
+                await trio.sleep(1.0)
+                out["ping"] = (await client.ping()).status_code
+            out["running"] = not bridge.stopped.is_set()
+            bridge.stop()
+
+    trio.run(main)
+    assert out["running"] and out["ping"] in (200, 404)
+    assert metrics.value("waku_bridge_stream_failures_total", protocol="/test/broken/1", kind="network") == 1
+    assert metrics.value("waku_bridge_stream_failures_total", protocol="/test/buggy/1", kind="handler") == 2
