@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ingest.status import status_desc as status_text
 from schemas import filter_v00_pb2 as f00
 from schemas import filter_v2_pb2 as fv2
 
@@ -33,8 +34,7 @@ MAX_PUSH_BYTES = 160 * 1024
 
 def status_desc(code: int, detail: str = "") -> str:
     """nwaku style: the status name, then the cause ("BAD_REQUEST: ...")."""
-    name = STATUS_NAMES.get(code, str(code))
-    return f"{name}: {detail}" if detail else name
+    return status_text(STATUS_NAMES, code, detail)
 
 
 def push_v2(pubsub_topic: str, message: Any) -> bytes:

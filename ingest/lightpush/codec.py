@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ingest.status import status_desc as status_text
 from schemas import lightpush_pb2 as pb
 
 LIGHTPUSH_V3_CODEC = "/vac/waku/lightpush/3.0.0"
@@ -28,8 +29,8 @@ STATUS_NAMES = {SUCCESS: "SUCCESS", BAD_REQUEST: "BAD_REQUEST", PAYLOAD_TOO_LARG
 
 
 def status_desc(code: int, detail: str = "") -> str:
-    name = STATUS_NAMES.get(code, str(code))
-    return f"{name}: {detail}" if detail else name
+    """nwaku style: the status name, then the cause ("BAD_REQUEST: ...")."""
+    return status_text(STATUS_NAMES, code, detail)
 
 
 def v3_response(request_id: str, code: int, detail: str = "", relay_peers: int | None = None) -> bytes:
