@@ -532,6 +532,33 @@ def kafka_messages(bootstrap: str) -> tuple[set[str], int]:
     return hashes, n
 
 
+def topic_end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+    end = {tp.partition: off for tp, off in consumer.end_offsets(parts).items()}
+    consumer.close()
+    return end
+
+
+class Offsets(dict):
+    """Partition -> offset, compared partition by partition (>= : at or past every one)."""
+
+    def __ge__(self, other: dict) -> bool:  # type: ignore[override]
+        return all(self.get(p, 0) >= off for p, off in other.items())
+
+
+def committed_offsets(checkpoint: Path, topic: str) -> Offsets:
+    """The end offsets of the last batch a streaming query committed (its checkpoint's
+    offsets/<id> for the highest commits/<id>)."""
+    commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")]
+    if not commits:
+        return Offsets()
+    last = (checkpoint / "offsets" / str(max(commits))).read_text().strip().splitlines()[-1]
+    return Offsets({int(p): off for p, off in json.loads(last).get(topic, {}).items()})
+
+
 def lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
@@ -647,6 +674,12 @@ def main() -> int:
             have_subs = {(r["peer_id"], r["content_topic"]) for r in rows if r["bridge_id"] == a_id}
             return have_subs == want
 
+        # The subscriptions job must first apply everything in waku.subscriptions (under load
+        # its batches take minutes on two cores); then the table must equal the answers.
+        end = topic_end_offsets(run.bootstrap, "waku.subscriptions")
+        caught = wait_until("the subscriptions job to apply every event",
+                            lambda: committed_offsets(tmp / "checkpoints" / "subscriptions", "waku.subscriptions") >= end,
+                            900, run)
         subscriptions_match = wait_until("the subscriptions table to match", subs_match, 60, run)
         # Pushes: per subscriber, a message twice is a duplicate.
         pushes = [ln.split() for ln in (tmp / "pushes.txt").read_text().splitlines()] if (tmp / "pushes.txt").exists() else []
@@ -690,6 +723,7 @@ def main() -> int:
             "push_coverage_max": round(max(coverage, default=0.0), 3),
             "subscribers_resubscribed": state.get("resubscribed"),
             "subscriptions_match": subscriptions_match,
+            "subscriptions_job_caught_up": caught,
             "subscriptions_expected": len(want),
             "subscriptions_in_table": len(have_subs),
             "walks": len(ok_walks),
