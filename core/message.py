@@ -45,7 +45,11 @@ def timestamp_ns(msg: Any) -> int | None:
     if msg.HasField("timestamp"):
         return msg.timestamp
     if msg.HasField("legacy_timestamp"):
-        return int(msg.legacy_timestamp * 1e9)
+        ns = msg.legacy_timestamp * 1e9
+        if ns != ns or ns in (float("inf"), float("-inf")):
+            return None  # NaN or infinite: no timestamp (Spark's try_cast gives NULL too)
+        n = int(ns)
+        return n if -(2**63) <= n < 2**63 else None  # beyond int64: as Spark's try_cast
     return None
 
 

@@ -12,10 +12,14 @@ the Delta `messages` table, without Spark.
   micro-batches, compaction): the walk is a merge, so the page is exact regardless.
 - Decoded row groups are kept in an LRU cache (`store_service.cache_mb`), so a client paging
   along the cursor reads each row group once.
-- Each query reads at most `store_service.max_scan_rows` rows. When that budget ends a page
-  early the page is partial: it holds the messages found so far and its cursor is the scan
-  frontier (a position with no message), from which the next query continues. No query scans
-  the whole table for one page.
+- Each query reads at most `store_service.max_scan_rows` rows, plus the row groups that
+  straddle the cursor. When that budget ends a page early the page is partial: it holds the
+  messages found so far and its cursor is the scan frontier (a position with no message, always
+  beyond the query's cursor), from which the next query continues. No query scans the whole
+  table for one page, and a walk that follows cursors always ends.
+- With a fresh tail (ingest/store/tail.py: messages in Kafka not yet in Delta) every page is
+  the exact merge of the snapshot and the tail; a new snapshot is swapped in together with
+  dropping the tail messages it holds, under the tail's lock.
 
 The page semantics are core/store_page.py's (`finish_page`, `check_query`).
 """
@@ -28,7 +32,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import numpy as np
@@ -50,6 +54,9 @@ from core.store_page import (
     page_size_of,
 )
 from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_STATS_COLUMNS
+
+if TYPE_CHECKING:
+    from ingest.store.tail import Tail
 
 log = logging.getLogger("ingest.store.reader")
 
@@ -121,6 +128,26 @@ def _may_match(st: _Stats, query: StoreQuery, truncated: bool) -> bool:
     if query.content_topics and not any(_in_range(t, *st.content, truncated) for t in query.content_topics):
         return False
     return True
+
+
+def _frontier_cursor(frontier: float, forward: bool) -> Index:
+    """The position just before (forward) / after (backward) everything at `frontier`."""
+    if forward:
+        return Index(math.nextafter(frontier, -math.inf), MAX_DIGEST)
+    return Index(math.nextafter(frontier, math.inf), MIN_DIGEST)
+
+
+def _advances(frontier: float, query: StoreQuery) -> bool:
+    """Whether a partial page ending at `frontier` moves the walk: its cursor lies strictly
+    beyond the query's cursor (and is a finite position)."""
+    if not math.isfinite(frontier):
+        return False
+    c = query.cursor
+    if c is None:
+        return True
+    new = _frontier_cursor(frontier, query.forward)
+    here = Index(float(c.received_time), bytes(c.digest))
+    return new > here if query.forward else new < here
 
 
 def _stat(value: Any) -> Any:
@@ -195,15 +222,22 @@ class _HashIndex:
         """Index `path` unless it is already; True when it was indexed now."""
         if path in self._files:
             return False
+        self.add_with_hashes(path)
+        return True
+
+    def add_with_hashes(self, path: str) -> list[bytes]:
+        """Index `path` (again, if it was) and return its message hashes."""
         pf = pq.ParquetFile(path)
+        every: list[bytes] = []
         if "message_hash" not in pf.schema_arrow.names:
             keys, locs = np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64)
         else:
             parts_k, parts_l = [], []
             for g in range(pf.metadata.num_row_groups):
                 col = pf.read_row_group(g, columns=["message_hash"])["message_hash"].combine_chunks()
-                prefixes = np.array([int.from_bytes(h[:8], "big") if h else 0
-                                     for h in col.to_pylist()], dtype=np.uint64)
+                hashes = col.to_pylist()
+                every.extend(h for h in hashes if h)
+                prefixes = _prefixes(hashes)
                 parts_k.append(prefixes)
                 parts_l.append((np.uint64(g) << np.uint64(32)) | np.arange(len(prefixes), dtype=np.uint64))
             keys = np.concatenate(parts_k) if parts_k else np.zeros(0, dtype=np.uint64)
@@ -212,7 +246,21 @@ class _HashIndex:
             keys, locs = keys[order], locs[order]
         with self._lock:
             self._files[path] = (keys, locs)
-        return True
+        return every
+
+    def candidates_many(self, path: str, prefixes: np.ndarray) -> list[tuple[int, int, int]]:
+        """(i, row group, row) for every entry of `path` whose prefix equals prefixes[i]."""
+        entry = self._files.get(path)
+        if entry is None or not len(prefixes):
+            return []
+        keys, locs = entry
+        lo = np.searchsorted(keys, prefixes, side="left")
+        hi = np.searchsorted(keys, prefixes, side="right")
+        out = []
+        for i in np.flatnonzero(hi > lo).tolist():
+            for v in locs[lo[i]:hi[i]].tolist():
+                out.append((i, v >> 32, v & 0xFFFFFFFF))
+        return out
 
     def candidates(self, path: str, message_hash: bytes) -> list[tuple[int, int]]:
         entry = self._files.get(path)
@@ -232,6 +280,13 @@ class _HashIndex:
     @property
     def nbytes(self) -> int:
         return sum(k.nbytes + v.nbytes for k, v in self._files.values())
+
+
+def _prefixes(hashes: list[bytes | None]) -> np.ndarray:
+    """The first 8 bytes of each hash as a big-endian unsigned integer (0 for a missing one)."""
+    if all(h is not None and len(h) >= 8 for h in hashes):
+        return np.frombuffer(b"".join(h[:8] for h in hashes), dtype=">u8").astype(np.uint64)
+    return np.array([int.from_bytes(h[:8], "big") if h else 0 for h in hashes], dtype=np.uint64)
 
 
 def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, dict[str, int]]:
@@ -276,9 +331,13 @@ class StoreReader:
         page = reader.query(StoreQuery(content_topics=("/app/1/chat/proto",)))
     """
 
-    def __init__(self, settings: ReaderSettings) -> None:
+    def __init__(self, settings: ReaderSettings, tail: "Tail | None" = None) -> None:
         self.settings = settings
+        # Messages in Kafka not yet in Delta (ingest/store/tail.py), merged into every page.
+        self.tail = tail
         self.snapshot: Snapshot | None = None
+        # Set once every data file of the table as first seen has its hashes indexed (follow()).
+        self.hashes_ready = threading.Event()
         self._table: Any = None
         self._cache = _LRU(settings.cache_mb * 1024 * 1024)
         self._footers: dict[str, list[tuple[int, _Stats]]] = {}
@@ -296,6 +355,8 @@ class StoreReader:
         from deltalake import DeltaTable
 
         with self._lock:
+            # Read before the table: every batch committed by then is in the version read next.
+            committed = self.tail.committed() if self.tail is not None else None
             try:
                 if self._table is None:
                     if not DeltaTable.is_deltatable(self.settings.table_path):
@@ -308,9 +369,34 @@ class StoreReader:
                 return self.snapshot.version if self.snapshot else None
             version = self._table.version()
             if self.snapshot is None or self.snapshot.version != version:
-                self.snapshot = self._build(self._table, version)
+                self._publish(self._build(self._table, version), committed)
                 log.debug("store snapshot version %d: %d files", version, len(self.snapshot.files))
             return version
+
+    def _publish(self, new: Snapshot, committed: dict[int, int] | None = None) -> None:
+        """Swap in a new snapshot. With a tail: index the hashes of the new data files first,
+        then, under the tail's lock, drop those hashes from the tail and swap: a query (which
+        takes the snapshot and its tail matches under that lock) sees each message once."""
+        if self.tail is None:
+            self.snapshot = new
+            return
+        durable: list[bytes] = []
+        # Until the index of the table as first seen is built, the tail takes nothing in (its
+        # follower waits for hashes_ready) and there is nothing to drop.
+        if self.hashes_ready.is_set():
+            old = {f.path for f in self.snapshot.files} if self.snapshot else set()
+            for f in new.files:
+                if f.path not in old:
+                    durable.extend(self._hashes.add_with_hashes(f.path))
+        durable_set = set(durable)  # built outside the lock
+        with self.tail.lock:
+            gone = self.tail.drop_locked(durable_set)
+            if committed and self.hashes_ready.is_set():
+                self.tail.sweep_locked(committed)
+            self.snapshot = new
+        self.tail.tidy()
+        if gone:
+            log.debug("store tail: %d messages now in Delta version %d", gone, new.version)
 
     def _build(self, dt: Any, version: int) -> Snapshot:
         feats = dt.protocol().reader_features or []
@@ -347,8 +433,12 @@ class StoreReader:
             return
 
         def loop() -> None:
+            if self.tail is not None:  # the tail waits for the index: index first
+                self.index_hashes()
+                self.hashes_ready.set()
             self.preload()
             self.index_hashes()
+            self.hashes_ready.set()
             while not self._stop.wait(self.settings.refresh_interval_s):
                 version = self.snapshot.version if self.snapshot else None
                 if self.refresh() != version:
@@ -400,9 +490,30 @@ class StoreReader:
                 done += 1
         return done
 
+    def durable_among(self, hashes: list[bytes]) -> set[bytes]:
+        """Those of `hashes` that the current snapshot holds (the hash index, each prefix hit
+        confirmed on its row)."""
+        snap = self.snapshot
+        if snap is None or not hashes:
+            return set()
+        prefixes = _prefixes(hashes)
+        out: set[bytes] = set()
+        for f in snap.files:
+            self._hashes.add(f.path)
+            for i, group, row in self._hashes.candidates_many(f.path, prefixes):
+                g = self._read(f.path, group)
+                if "message_hash" in g.table.column_names and g.table["message_hash"][row].as_py() == hashes[i]:
+                    out.add(hashes[i])
+        return out
+
     def locate(self, message_hash: bytes) -> StoredMessage | None:
-        """The stored message with this hash (its store position and fields), from the hash
-        index, or None when the table does not hold it."""
+        """The stored message with this hash (its store position and fields), from the tail or
+        the hash index, or None when neither holds it."""
+        if self.tail is not None:
+            with self.tail.lock:
+                m = self.tail.get_locked(message_hash)
+            if m is not None:
+                return m
         snap = self.snapshot
         if snap is None:
             self.refresh()
@@ -434,11 +545,22 @@ class StoreReader:
         others in a worker thread)."""
         snap = self.snapshot
         if snap is None:
-            snap_version = self.refresh()
+            self.refresh()
             snap = self.snapshot
-            if snap_version is None or snap is None:
-                return Page(forward=query.forward)
-        return self._walk(snap, query, cached_only)
+        if self.tail is None:
+            return Page(forward=query.forward) if snap is None else self._walk(snap, query, cached_only)
+        n = page_size_of(query.page_size, self.settings.limits)
+        # The snapshot and the tail as of one moment. Inline (cached_only) callers do not wait
+        # for the lock (a commit's drop or a chunk of arrivals may hold it): a worker thread will.
+        if not self.tail.lock.acquire(blocking=not cached_only):
+            raise NotCached("the tail is busy")
+        try:
+            snap = self.snapshot
+            fresh = self.tail.nearest_locked(query, n)
+        finally:
+            self.tail.lock.release()
+        page = Page(forward=query.forward) if snap is None else self._walk(snap, query, cached_only)
+        return _merge(page, fresh, query, n, self.settings.limits)
 
     def _row_groups(self, f: _File, cached_only: bool = False) -> list[tuple[int, _Stats]]:
         if f.row_groups is None:
@@ -544,8 +666,14 @@ class StoreReader:
                     push(f, g, gst)
                 continue
             if scanned >= self.settings.max_scan_rows:
-                partial, frontier = True, (st.min_rt if fwd else st.max_rt)
-                break
+                # Stop only where the next page makes progress: every unread unit starts at or
+                # after the frontier, so the page may end there only if that position lies
+                # beyond the cursor. Units straddling the cursor (files overlapping in time) are
+                # read whatever the budget, else a walk would stand still (issue 12).
+                edge_rt = st.min_rt if fwd else st.max_rt
+                if _advances(edge_rt, query):
+                    partial, frontier = True, edge_rt
+                    break
             t = self._read(f.path, group, cached_only)
             scanned += len(t.rt)
             found.extend(self._matching(t, query, n))
@@ -557,16 +685,30 @@ class StoreReader:
         # continue from the frontier next time.
         if frontier is None or not math.isfinite(frontier):
             return finish_page(found, query, self.settings.limits, scanned)
+        cursor = _frontier_cursor(frontier, fwd)
         if fwd:
             found = [m for m in found if m.received_time < frontier]
-            cursor = Index(math.nextafter(frontier, -math.inf), MAX_DIGEST)
         else:
             found = [m for m in found if m.received_time > frontier]
-            cursor = Index(math.nextafter(frontier, math.inf), MIN_DIGEST)
         page = finish_page(found, query, self.settings.limits, scanned)
-        page.cursor, page.partial = cursor, True
+        if len(page.messages) < n:  # a full page keeps its own cursor (its last message)
+            page.cursor, page.partial = cursor, True
         log.info("store query hit the scan budget (%d rows): partial page of %d", scanned, len(page.messages))
         return page
+
+
+def _merge(page: Page, fresh: list[StoredMessage], query: StoreQuery, n: int, limits: StoreLimits) -> Page:
+    """A Delta page and the tail's nearest matches as one page in store order. A partial Delta
+    page is certain only up to its frontier: tail messages beyond it wait for the next page."""
+    if not fresh:
+        return page
+    if page.partial and page.cursor is not None:
+        f = page.cursor
+        fresh = [m for m in fresh if (m.index <= f if query.forward else m.index >= f)]
+    merged = finish_page(page.messages + fresh, query, limits, page.rows_scanned)
+    if page.partial and len(merged.messages) < n:
+        merged.cursor, merged.partial = page.cursor, True
+    return merged
 
 
 _ARROW_TYPES = {"double": pa.float64(), "binary": pa.binary(), "string": pa.string(), "long": pa.int64(),

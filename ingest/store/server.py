@@ -12,6 +12,9 @@ oversized or broken frame, or silence for request_timeout_s close the stream (co
 A page whose row groups are in the reader's cache is answered inline; one that must read
 storage runs in a worker thread (at most max_concurrent_queries at once), so the trio loop
 keeps serving relay and other streams.
+
+With `store_service.fresh_tail` the reader also answers messages that are in Kafka but not yet
+in Delta (ingest/store/tail.py): `start` opens the tail and its consumer thread.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from typing import Any
 import trio
 from google.protobuf.message import DecodeError
 from libp2p.custom_types import TProtocol
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from core.config import Config, ConfigError
 from core.store_page import StoreLimits
@@ -34,6 +37,7 @@ from ingest.store.codec import STORE_CODEC, decode_rpc
 from ingest.store.codec_v3 import STORE_V3_CODEC
 from ingest.store.protocol import REJECT_REASONS, page_cursor_v3, plan, plan_v3, respond
 from ingest.store.reader import NotCached, ReaderSettings, StoreReader
+from ingest.store.tail import Tail, TailFollower, TailSettings, committed_offsets
 
 log = logging.getLogger("ingest.store")
 
@@ -50,6 +54,8 @@ class StoreServiceSettings:
     request_timeout_s: float = 10.0
     max_queries_per_peer_per_s: float = 0.0  # 0: no limit
     reader: ReaderSettings | None = None  # what StoreServer.start opens
+    # The fresh tail (ingest/store/tail.py): messages in Kafka not yet in Delta; None: Delta only.
+    tail: TailSettings | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> "StoreServiceSettings":
@@ -69,7 +75,8 @@ class StoreServiceSettings:
             raise ConfigError("store_service.default_page_size: must not exceed max_page_size")
         return cls(s["enabled"], StoreLimits.from_config(config), s["max_request_bytes"],
                    s["max_concurrent_queries"], s["request_timeout_s"], max(0.0, s["max_queries_per_peer_per_s"]),
-                   ReaderSettings.from_config(config))
+                   ReaderSettings.from_config(config),
+                   TailSettings.from_config(config) if s["fresh_tail"] else None)
 
 
 class StoreMetrics:
@@ -88,6 +95,21 @@ class StoreMetrics:
             self.rejected.labels(reason)
         for reason in CLOSE_REASONS:
             self.closed.labels(reason)
+
+    def watch_tail(self, tail: Tail) -> None:
+        """Gauges of the fresh tail: messages held, and since start those taken in, made
+        durable by a Delta commit, evicted over tail_max_messages."""
+        for name, doc, fn in (
+                ("waku_store_tail_messages", "Messages in the store's fresh tail (in Kafka, not yet in Delta)",
+                 lambda: len(tail)),
+                ("waku_store_tail_added", "Messages taken into the fresh tail since start", lambda: tail.added),
+                ("waku_store_tail_durable", "Tail messages dropped because a Delta commit holds them",
+                 lambda: tail.dropped),
+                ("waku_store_tail_evicted", "Tail messages evicted over tail_max_messages before a commit",
+                 lambda: tail.evicted),
+                ("waku_store_tail_swept", "Tail messages the store job refused (below its committed offsets, "
+                 "not in Delta)", lambda: tail.swept)):
+            Gauge(name, doc, registry=self.registry).set_function(fn)
 
     def value(self, name: str, **labels: str) -> float:
         v = self.registry.get_sample_value(name, labels or None)
@@ -109,15 +131,25 @@ class StoreServer:
         self._limiter: trio.CapacityLimiter | None = None
         rate = settings.max_queries_per_peer_per_s
         self._per_peer = PeerBuckets(rate, 2 * rate)
+        self.follower: TailFollower | None = None  # the fresh tail's Kafka consumer (start())
 
     @classmethod
     def start(cls, host: Any, settings: StoreServiceSettings, registry: CollectorRegistry | None = None) -> "StoreServer":
-        """Open an online reader on settings.reader (following new table versions) and mount
-        the protocol on `host`; close() stops following."""
+        """Open an online reader on settings.reader (following new table versions), with the
+        fresh tail when settings.tail is set (its Kafka consumer thread starts here), and mount
+        the protocols on `host`; close() stops following."""
         assert settings.reader is not None, "StoreServiceSettings.reader: the table to serve"
-        reader = StoreReader(settings.reader)
+        tail = None
+        if settings.tail is not None:
+            t = settings.tail
+            tail = Tail(t.max_messages, lambda: committed_offsets(t.checkpoint_path, t.topic))
+        reader = StoreReader(settings.reader, tail)
         reader.follow()
         server = cls(reader, settings, StoreMetrics(registry))
+        if tail is not None:
+            server.follower = TailFollower(settings.tail, tail, reader.durable_among, reader.hashes_ready)
+            server.follower.start()
+            server.metrics.watch_tail(tail)
         server.mount(host)
         log.info("store: serving %s and %s from %s (table version %s)", STORE_V3_CODEC, STORE_CODEC,
                  settings.reader.table_path,
@@ -129,6 +161,8 @@ class StoreServer:
         host.set_stream_handler(TProtocol(STORE_V3_CODEC), self.handle_v3)
 
     def close(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()
         close = getattr(self.reader, "close", None)
         if close is not None:
             close()

@@ -40,7 +40,9 @@ def decode_ingest_records(kafka_df: "DataFrame") -> "DataFrame":
     # Old peers send the seconds-double timestamp (field 4); keep ns as the one timestamp.
     timestamp = F.coalesce(
         msg["timestamp"],
-        F.when(msg["legacy_timestamp"].isNotNull(), (msg["legacy_timestamp"] * F.lit(1e9)).cast("bigint")),
+        # try_cast: NaN, infinities and values beyond int64 are no timestamp, never a failed
+        # batch (a plain cast stops the query on one hostile record: CAST_OVERFLOW)
+        F.when(msg["legacy_timestamp"].isNotNull(), (msg["legacy_timestamp"] * F.lit(1e9)).try_cast("bigint")),
     )
     df = df.select(
         "raw_value", "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp",

@@ -1,11 +1,15 @@
-"""The store's validation rules, declared once.
+"""The store's validation rules on Spark.
 
-Each rule is a name, a Spark predicate that holds for a *valid* row (evaluated natively in the
-JVM on the hot path, so validation costs a few column expressions, not a pass through Python),
-and the great-expectations expectation that states the same rule over a stored table (used by
-`audit_messages` to check the Delta store after the fact).
+The rules themselves (names, order, meaning, limits, the plain-Python check) are declared once
+in `core/validation.py`, which the store service's fresh tail also applies. Here each rule name
+gets a Spark predicate that holds for a *valid* row (evaluated natively in the JVM on the hot
+path, so validation costs a few column expressions, not a pass through Python), and, when the
+rule concerns stored rows, the great-expectations expectation that states it over a stored
+table (used by `audit` to check the Delta store after the fact).
 
-Rules run in declaration order; a row is quarantined with the name of the first rule it breaks.
+Rules run in the core's declaration order; a row is quarantined with the name of the first rule
+it breaks. Importing this module fails if a core rule has no predicate here or the other way
+round.
 """
 from __future__ import annotations
 
@@ -16,27 +20,11 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from core.config import Config
+from core import validation as core_rules
+from core.validation import MIN_RECEIVED_TIME, Limits
 
-# The earliest receivedTime accepted: 2020-01-01 (Waku v2 did not exist before).
-MIN_RECEIVED_TIME = 1_577_836_800.0
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_message_bytes: int = 153_600
-    max_meta_bytes: int = 64
-    max_clock_skew_s: float = 20.0
-    max_future_received_s: float = 60.0
-
-    @classmethod
-    def from_config(cls, config: Config) -> "Limits":
-        return cls(
-            max_message_bytes=config.get("limits.max_message_bytes"),
-            max_meta_bytes=config.get("limits.max_meta_bytes"),
-            max_clock_skew_s=config.get("limits.max_clock_skew_s"),
-            max_future_received_s=config.get("limits.max_future_received_s"),
-        )
+__all__ = ["MIN_RECEIVED_TIME", "Limits", "RULES", "Rule", "rejection_reason", "with_rejection_reason",
+           "expectation_suite", "audit"]
 
 
 @dataclass(frozen=True)
@@ -63,31 +51,34 @@ def _message_size() -> Column:
             + F.octet_length("content_topic") + F.coalesce(F.length("rate_limit_proof"), F.lit(0)))
 
 
-RULES: list[Rule] = [
-    Rule("undecodable", "the Kafka value is an IngestRecord",
-         lambda lim: F.col("decoded")),
-    Rule("missing_message", "the record carries a WakuMessage",
-         lambda lim: F.col("has_message")),
-    Rule("empty_pubsub_topic", "pubsub topic is not empty",
-         lambda lim: F.col("pubsub_topic") != "",
-         lambda lim: ("ExpectColumnValueLengthsToBeBetween", {"column": "pubsub_topic", "min_value": 1})),
-    Rule("empty_content_topic", "content topic is not empty",
-         lambda lim: F.col("content_topic") != "",
-         lambda lim: ("ExpectColumnValueLengthsToBeBetween", {"column": "content_topic", "min_value": 1})),
-    Rule("oversized_message", "payload + meta + content topic + proof fit the message size limit",
-         lambda lim: _message_size() <= lim.max_message_bytes),
-    Rule("oversized_meta", "meta is at most max_meta_bytes",
-         lambda lim: F.col("meta").isNull() | (F.length("meta") <= lim.max_meta_bytes)),
-    Rule("bad_received_time", "received time is present, finite, after 2020 and not in the future",
-         lambda lim: F.col("received_time").isNotNull() & _finite(F.col("received_time"))
-         & (F.col("received_time") >= MIN_RECEIVED_TIME)
-         & (F.col("received_time") <= _now() + lim.max_future_received_s),
-         lambda lim: ("ExpectColumnValuesToBeBetween",
-                      {"column": "received_time", "min_value": MIN_RECEIVED_TIME})),
-    Rule("timestamp_skew", "sender timestamp, when present, is within max_clock_skew_s of received time",
-         lambda lim: F.col("timestamp").isNull() | (F.col("timestamp") == 0)
-         | (F.abs(F.col("timestamp") / F.lit(1e9) - F.col("received_time")) <= lim.max_clock_skew_s)),
-]
+# Per core rule name: the Spark predicate for a valid row, and the expectation (or None).
+_SPARK: dict[str, tuple[Callable[[Limits], Column], Callable[[Limits], tuple[str, dict[str, Any]]] | None]] = {
+    "undecodable": (lambda lim: F.col("decoded"), None),
+    "missing_message": (lambda lim: F.col("has_message"), None),
+    "empty_pubsub_topic": (
+        lambda lim: F.col("pubsub_topic") != "",
+        lambda lim: ("ExpectColumnValueLengthsToBeBetween", {"column": "pubsub_topic", "min_value": 1})),
+    "empty_content_topic": (
+        lambda lim: F.col("content_topic") != "",
+        lambda lim: ("ExpectColumnValueLengthsToBeBetween", {"column": "content_topic", "min_value": 1})),
+    "oversized_message": (lambda lim: _message_size() <= lim.max_message_bytes, None),
+    "oversized_meta": (lambda lim: F.col("meta").isNull() | (F.length("meta") <= lim.max_meta_bytes), None),
+    "bad_received_time": (
+        lambda lim: F.col("received_time").isNotNull() & _finite(F.col("received_time"))
+        & (F.col("received_time") >= MIN_RECEIVED_TIME)
+        & (F.col("received_time") <= _now() + lim.max_future_received_s),
+        lambda lim: ("ExpectColumnValuesToBeBetween", {"column": "received_time", "min_value": MIN_RECEIVED_TIME})),
+    "timestamp_skew": (
+        lambda lim: F.col("timestamp").isNull() | (F.col("timestamp") == 0)
+        | (F.abs(F.col("timestamp") / F.lit(1e9) - F.col("received_time")) <= lim.max_clock_skew_s),
+        None),
+}
+
+if set(_SPARK) != set(core_rules.RULE_NAMES):
+    raise ImportError(f"pipeline.store.validation: Spark predicates {sorted(_SPARK)} differ from the rules "
+                      f"of core.validation {sorted(core_rules.RULE_NAMES)}")
+
+RULES: list[Rule] = [Rule(r.name, r.description, *_SPARK[r.name]) for r in core_rules.RULES]
 
 
 def rejection_reason(limits: Limits) -> Column:

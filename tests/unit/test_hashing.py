@@ -42,3 +42,17 @@ def test_store_digest_is_sha256_of_content_topic_then_payload():
     assert store_digest(CONTENT, PAYLOAD) == hashlib.sha256(CONTENT.encode() + PAYLOAD).digest()
     # plain concatenation, as the spec defines it (no length prefix)
     assert store_digest("a", b"b") == store_digest("ab", b"")
+
+
+def test_unrepresentable_legacy_timestamps_hash_as_no_timestamp():
+    """An old peer's seconds timestamp (field 4) that is NaN, infinite or beyond int64 in ns is no
+    timestamp (as Spark's try_cast), never an exception in the bridge's relay sink."""
+    from core.message import hash_of, timestamp_ns
+    from schemas.waku_message_pb2 import WakuMessage
+
+    plain = hash_of("/waku/2/rs/1/0", WakuMessage(payload=b"p", content_topic="/a/1/b/proto"))
+    for bad in (float("nan"), float("inf"), float("-inf"), 1e300, -1e300, 9.3e9):
+        m = WakuMessage(payload=b"p", content_topic="/a/1/b/proto", legacy_timestamp=bad)
+        assert timestamp_ns(m) is None, bad
+        assert hash_of("/waku/2/rs/1/0", m) == plain
+    assert timestamp_ns(WakuMessage(legacy_timestamp=1.5)) == 1_500_000_000

@@ -1,0 +1,502 @@
+"""The store service's fresh tail: messages in Kafka `waku.messages` that the store job has not
+yet committed to Delta, kept in memory so that store queries (beta2 and v3) answer them at once.
+
+- `TailFollower` (a kafka-python consumer in a daemon thread, as the filter pusher consumes its
+  push topic) reads every partition of the topic from where the store job's last committed
+  batch ended (its checkpoint's offset log), or `tail_lookback_s` back in time when the
+  checkpoint cannot be read. Each record goes through the store job's rules, declared once in
+  `core/validation.py` (same names, limits, order), ephemeral messages are left out, and a
+  message hash already in the Delta table is dropped (the reader's hash index).
+- `Tail` holds the rest, one entry per message hash (the earliest receive time, as the job
+  keeps per batch), indexed by (received_time, digest) overall, per content topic and per
+  pubsub topic, at most `tail_max_messages` (the oldest by receive time go first).
+- The online reader (`ingest/store/reader.py`) merges the tail's nearest matches into each
+  page in exact (receivedTime, digest) order, and when a new table version appears it drops
+  from the tail every message hash of the version's new data files *and* swaps the snapshot
+  in, under the tail's lock: a query sees each message exactly once, in the tail or in Delta,
+  never both and never neither. A message keeps its Index when it moves from the tail to Delta
+  (same receive time and digest), so cursors stay valid.
+
+Known limit: copies of one message (one hash, so one Kafka partition) with different receive
+times that fall into two store-job batches, the later copy received earlier (two bridges with
+skewed clocks), are stored by the job at the first copy's time while the tail showed the
+earliest; a reader paging across the commit may then meet that message at two positions.
+"""
+from __future__ import annotations
+
+import bisect
+import collections
+import glob
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.config import Config, ConfigError
+from core.kafka import client_options as kafka_client_options
+from core.store_page import Index, StoredMessage, StoreQuery, in_window
+from core.validation import Limits, decode_ingest, rejection_reason
+
+log = logging.getLogger("ingest.store.tail")
+
+_HIGH = b"\xff" * 64  # above every digest and hash: a key's upper bound at a given Index
+Key = tuple[float, bytes, bytes]  # (received_time, digest, message_hash)
+_CHUNK = 500  # messages taken in per hold of the tail's lock
+
+
+@dataclass(frozen=True)
+class TailSettings:
+    bootstrap_servers: str
+    client_options: Mapping[str, str] = field(default_factory=dict)
+    topic: str = "waku.messages"
+    limits: Limits = Limits()
+    max_messages: int = 200_000
+    # The store job's checkpoint (its offset log says where committed data ends); "" or not a
+    # local directory: start tail_lookback_s back in time instead.
+    checkpoint_path: str = ""
+    lookback_s: float = 600.0
+
+    @classmethod
+    def from_config(cls, config: Config) -> "TailSettings":
+        s = config["store_service"]
+        if s["tail_max_messages"] < 1:
+            raise ConfigError(f"store_service.tail_max_messages: expected at least 1, got {s['tail_max_messages']}")
+        if s["tail_lookback_s"] < 0:
+            raise ConfigError(f"store_service.tail_lookback_s: expected 0 or more, got {s['tail_lookback_s']}")
+        return cls(config.bootstrap_servers(), config.kafka_client_options(), config.get("topics.messages"),
+                   Limits.from_config(config), s["tail_max_messages"], config.checkpoint_path("store"),
+                   s["tail_lookback_s"])
+
+
+def stored_form(value: bytes, limits: Limits, now: float) -> tuple[StoredMessage | None, str | None]:
+    """(the message as the store job would store it, None), or (None, why not): a rule's name
+    or "ephemeral"."""
+    f = decode_ingest(value)
+    reason = rejection_reason(f, limits, now)
+    if reason is not None:
+        return None, reason
+    if f.ephemeral:
+        return None, "ephemeral"
+    return StoredMessage(float(f.received_time), f.digest, f.pubsub_topic, f.content_topic, f.payload or b"",
+                         f.version, f.timestamp, f.meta, f.rate_limit_proof, f.message_hash), None
+
+
+class Tail:
+    """Messages not yet in Delta, one per hash. Thread-safe through `lock`, which the reader also
+    holds while it swaps in a new snapshot (and drops what that snapshot made durable)."""
+
+    def __init__(self, max_messages: int = 200_000,
+                 committed: Callable[[], dict[int, int] | None] | None = None) -> None:
+        self.max_messages = max_messages
+        # Where the store job's committed batches end ({partition: offset}, None: unknown); the
+        # reader asks before each table refresh and sweeps what lies below (`sweep_locked`).
+        self.committed = committed or (lambda: None)
+        self.lock = threading.Lock()
+        self._entries: dict[bytes, StoredMessage] = {}
+        self._keys: dict[bytes, Key] = {}  # the live key of each entry (the one object in the lists)
+        # Kafka coordinates of the copy kept, and per partition (offset, hash) in arrival order.
+        self._coords: dict[bytes, tuple[int, int]] = {}
+        self._arrivals: dict[int, collections.deque[tuple[int, bytes]]] = {}
+        self._all: list[Key] = []
+        self._stale = 0  # keys in _all whose entry is gone or was replaced
+        self._by_content: dict[str, list[Key]] = {}
+        self._by_pubsub: dict[str, list[Key]] = {}
+        self._untrimmed_content: set[str] = set()
+        self._untrimmed_pubsub: set[str] = set()
+        # Bumped with every drop (a new snapshot): an insert checked against the table before a
+        # newer snapshot was swapped in must be checked again (TailFollower).
+        self.generation = 0
+        self.added = 0
+        self.dropped = 0  # made durable
+        self.evicted = 0  # over max_messages before a commit
+        self.swept = 0  # below the store job's committed offsets yet not in Delta: the job refused them
+        self._evict_logged = -math.inf
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # --- changes (call with `lock` held) ---------------------------------------------------
+
+    def add_locked(self, messages: Iterable[StoredMessage],
+                   coords: Mapping[bytes, tuple[int, int]] | None = None) -> int:
+        """Take messages in (one per hash: the earliest receive); `coords`: hash -> the Kafka
+        (partition, offset) of that copy."""
+        added = 0
+        for m in messages:
+            h = m.message_hash
+            old = self._entries.get(h)
+            if old is not None:
+                if (old.received_time, old.digest) <= (m.received_time, m.digest):
+                    continue
+                self._remove_keys({h: old})
+            self._entries[h] = m
+            key = (m.received_time, m.digest, h)
+            self._keys[h] = key
+            where = coords.get(h) if coords else None
+            if where is not None:
+                self._coords[h] = where
+                self._arrivals.setdefault(where[0], collections.deque()).append((where[1], h))
+            for lst in (self._all, self._by_content.setdefault(m.content_topic, []),
+                        self._by_pubsub.setdefault(m.pubsub_topic, [])):
+                if not lst or lst[-1] < key:
+                    lst.append(key)
+                else:
+                    bisect.insort(lst, key)
+            added += 1
+        self.added += added
+        self._tidy_arrivals()
+        over = len(self._entries) - self.max_messages
+        if over > 0:
+            oldest: dict[bytes, StoredMessage] = {}
+            for k in self._all:
+                if len(oldest) >= over:
+                    break
+                if self._live(k):
+                    oldest[k[2]] = self._entries[k[2]]
+            self._remove_keys(oldest)
+            self.evicted += over
+            now = time.monotonic()
+            if now - self._evict_logged > 10.0:  # the store job is down or far behind: say so, not per batch
+                self._evict_logged = now
+                log.warning("store tail over %d messages: evicting the oldest not yet in Delta (%d so far); "
+                            "they are answered again once the store job commits them", self.max_messages,
+                            self.evicted)
+        return added
+
+    def _tidy_arrivals(self) -> None:
+        """Arrival entries of messages gone (durable, evicted, replaced) leave from the front;
+        should they pile up behind one long-lived message, the lists are rebuilt."""
+        total = 0
+        for partition, arrivals in self._arrivals.items():
+            while arrivals and self._coords.get(arrivals[0][1]) != (partition, arrivals[0][0]):
+                arrivals.popleft()
+            total += len(arrivals)
+        if total > 2 * max(len(self._coords), 1000):
+            rebuilt: dict[int, collections.deque[tuple[int, bytes]]] = {}
+            for h, (p, o) in sorted(self._coords.items(), key=lambda kv: kv[1]):
+                rebuilt.setdefault(p, collections.deque()).append((o, h))
+            self._arrivals = rebuilt
+
+    def sweep_locked(self, committed: Mapping[int, int]) -> int:
+        """Forget messages whose Kafka offset lies below the store job's committed end of their
+        partition: call after dropping what the matching snapshot holds, so what is left there
+        is what the job refused (a receive time it found in the future, a copy it had already)."""
+        gone: dict[bytes, StoredMessage] = {}
+        for partition, arrivals in self._arrivals.items():
+            end = committed.get(partition)
+            if end is None:
+                continue
+            while arrivals and arrivals[0][0] < end:
+                offset, h = arrivals.popleft()
+                if self._coords.get(h) == (partition, offset) and h in self._entries:
+                    gone[h] = self._entries[h]
+        if gone:
+            self._remove_keys(gone)
+            self.swept += len(gone)
+            log.info("store tail: %d messages below the store job's committed offsets are not in Delta "
+                     "(refused by the job): dropped", len(gone))
+        return len(gone)
+
+    def drop_locked(self, hashes: set[bytes] | frozenset[bytes]) -> int:
+        """Forget the messages with these hashes (now durable in Delta). Looks up the smaller
+        side, so a compaction's millions of hashes cost no more than the tail's size."""
+        entries = self._entries
+        if len(hashes) <= len(entries):
+            gone = {h: entries[h] for h in hashes if h in entries}
+        else:
+            gone = {h: m for h, m in entries.items() if h in hashes}
+        self.generation += 1
+        if gone:
+            self._remove_keys(gone, trim=False)
+            self.dropped += len(gone)
+        return len(gone)
+
+    def _live(self, key: Key) -> bool:
+        return self._keys.get(key[2]) is key
+
+    def _remove_keys(self, gone: Mapping[bytes, StoredMessage], trim: bool = True) -> None:
+        """Forget entries. Their keys stay in the sorted lists as stale ones (skipped by reads):
+        trimmed off the front of the lists concerned (commits take the oldest first), and all
+        lists are rebuilt once stale keys outnumber live ones. trim False: leave that to
+        `tidy()` (a commit's drop holds the lock only for its dictionary deletes)."""
+        for h in gone:
+            del self._entries[h]
+            del self._keys[h]
+            self._coords.pop(h, None)
+        self._stale += len(gone)
+        if trim:
+            self._trim_lists({m.content_topic for m in gone.values()}, {m.pubsub_topic for m in gone.values()})
+        else:
+            self._untrimmed_content.update(m.content_topic for m in gone.values())
+            self._untrimmed_pubsub.update(m.pubsub_topic for m in gone.values())
+
+    def tidy(self) -> None:
+        """Trim the lists a drop left stale keys in (takes the lock)."""
+        with self.lock:
+            contents, pubsubs = self._untrimmed_content, self._untrimmed_pubsub
+            self._untrimmed_content, self._untrimmed_pubsub = set(), set()
+            self._trim_lists(contents, pubsubs)
+
+    def _trim_lists(self, contents: set[str], pubsubs: set[str]) -> None:
+        self._stale -= self._trim(self._all)
+        for index, names in ((self._by_content, contents), (self._by_pubsub, pubsubs)):
+            for name in names:
+                lst = index.get(name)
+                if lst is not None:
+                    self._trim(lst)
+                    if not lst:
+                        del index[name]
+        if self._stale > max(len(self._entries), 10_000):
+            live = self._live
+            self._all = [k for k in self._all if live(k)]
+            for index in (self._by_content, self._by_pubsub):
+                for name in list(index):
+                    index[name] = [k for k in index[name] if live(k)]
+                    if not index[name]:
+                        del index[name]
+            self._stale = 0
+
+    def _trim(self, lst: list[Key]) -> int:
+        """Drop stale keys off the front of `lst`; how many."""
+        i, n, keys = 0, len(lst), self._keys
+        while i < n and keys.get(lst[i][2]) is not lst[i]:
+            i += 1
+        if i:
+            del lst[:i]
+        return i
+
+    # --- reads (call with `lock` held) -----------------------------------------------------
+
+    def get_locked(self, message_hash: bytes) -> StoredMessage | None:
+        return self._entries.get(message_hash)
+
+    def nearest_locked(self, query: StoreQuery, n: int) -> list[StoredMessage]:
+        """The (at most) n matching messages nearest to the cursor, in no particular order."""
+        if not self._entries:
+            return []
+        if query.content_topics:
+            lists = [self._by_content.get(c, []) for c in set(query.content_topics)]
+        elif query.pubsub_topic:
+            lists = [self._by_pubsub.get(query.pubsub_topic, [])]
+        else:
+            lists = [self._all]
+        out: list[StoredMessage] = []
+        live = self._keys
+        c = query.cursor
+        for lst in lists:
+            if query.forward:
+                i = 0 if c is None else bisect.bisect_right(lst, (float(c.received_time), bytes(c.digest), _HIGH))
+                keys = (lst[j] for j in range(i, len(lst)))
+            else:
+                i = len(lst) if c is None else bisect.bisect_left(lst, (float(c.received_time), bytes(c.digest), b""))
+                keys = (lst[j] for j in range(i - 1, -1, -1))
+            got = 0
+            for key in keys:
+                if live.get(key[2]) is not key:
+                    continue  # stale
+                m = self._entries[key[2]]
+                if query.pubsub_topic and m.pubsub_topic != query.pubsub_topic:
+                    continue
+                if not in_window(m, query):
+                    continue
+                out.append(m)
+                got += 1
+                if got >= n:
+                    break
+        return out
+
+    def snapshot(self) -> list[StoredMessage]:
+        with self.lock:
+            return [self._entries[k[2]] for k in self._all if self._live(k)]
+
+
+def committed_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
+    """Where the store job's committed data ends in `topic`: {partition: next offset} from the
+    offset log of the last batch with a commit marker in its checkpoint (Spark's
+    `offsets/<batch>` and `commits/<batch>` files), or None when there is no local checkpoint.
+    A batch's Delta commit precedes its commit marker, so everything before these offsets is in
+    the table; a later batch may be too (the hash check takes care of it)."""
+    if not checkpoint or "://" in checkpoint and not checkpoint.startswith("file:"):
+        return None
+    root = checkpoint[len("file:"):] if checkpoint.startswith("file:") else checkpoint
+    commits = [int(os.path.basename(p)) for p in glob.glob(os.path.join(root, "commits", "*"))
+               if os.path.basename(p).isdigit()]
+    if not commits:
+        return None
+    try:
+        with open(os.path.join(root, "offsets", str(max(commits)))) as f:
+            lines = f.read().splitlines()
+        for line in lines[2:]:
+            offsets = json.loads(line)
+            if topic in offsets:
+                return {int(p): int(o) for p, o in offsets[topic].items()}
+    except (OSError, ValueError) as exc:
+        log.warning("cannot read the store job's offsets in %s: %s", root, exc)
+    return None
+
+
+class TailFollower:
+    """The consumer thread: waku.messages -> validated messages -> `tail`, unless the table has
+    them (`durable(hashes) -> set` of those already in Delta, from the reader's hash index).
+
+    `ready` is set once the records that were in the topic at start are in the tail."""
+
+    def __init__(self, settings: TailSettings, tail: Tail,
+                 durable: Callable[[list[bytes]], set[bytes]],
+                 wait_for: threading.Event | None = None) -> None:
+        self.settings = settings
+        self.tail = tail
+        self.durable = durable
+        self.wait_for = wait_for
+        self.ready = threading.Event()
+        self.failed: BaseException | None = None
+        self.consumed = 0
+        self.refused: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="store-tail", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._loop()
+                return
+            except Exception as exc:  # noqa: BLE001 - logged, then started again (from its start position)
+                log.error("store tail consumer failed, restarting in 2 s: %s: %s", type(exc).__name__, exc,
+                          exc_info=True)
+                self.failed = exc
+                self._stop.wait(2.0)
+
+    def _loop(self) -> None:
+        from kafka import KafkaConsumer, TopicPartition
+
+        if self.wait_for is not None:
+            while not self.wait_for.wait(0.5):  # the reader's hash index of the table as it is
+                if self._stop.is_set():
+                    return
+        s = self.settings
+        options: dict[str, Any] = dict(
+            bootstrap_servers=s.bootstrap_servers.split(","), group_id=None, enable_auto_commit=False,
+            fetch_max_wait_ms=20, reconnect_backoff_max_ms=1000, client_id="waku-store-tail",
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+        )
+        options.update(kafka_client_options(s.client_options))
+        consumer = None
+        while consumer is None:
+            try:
+                consumer = KafkaConsumer(**options)
+            except Exception as exc:  # noqa: BLE001 - Kafka down: retry until stopped
+                log.warning("store tail: cannot reach Kafka (%s), retrying", exc)
+                if self._stop.wait(2.0):
+                    return
+        try:
+            parts = None
+            while not parts:
+                parts = consumer.partitions_for_topic(s.topic)
+                if not parts and self._stop.wait(0.5):
+                    return
+            tps = [TopicPartition(s.topic, p) for p in sorted(parts)]
+            consumer.assign(tps)
+            ends = consumer.end_offsets(tps)
+            starts = self._starts(consumer, tps, ends)
+            for tp in tps:
+                consumer.seek(tp, starts[tp])
+            pending = {tp for tp in tps if starts[tp] < ends[tp]}
+            if not pending:
+                self.ready.set()
+            log.info("store tail: following %s from %s (%s)", s.topic,
+                     {tp.partition: starts[tp] for tp in tps}, self._origin)
+            while not self._stop.is_set():
+                batch = consumer.poll(timeout_ms=100, max_records=5000)
+                records = [r for recs in batch.values() for r in recs]
+                if records:
+                    self._take(records)
+                if pending:
+                    pending = {tp for tp in pending if consumer.position(tp) < ends[tp]}
+                    if not pending:
+                        self.ready.set()
+        finally:
+            consumer.close()
+
+    _origin = ""
+
+    def _starts(self, consumer: Any, tps: list[Any], ends: dict[Any, int]) -> dict[Any, int]:
+        s = self.settings
+        begins = consumer.beginning_offsets(tps)
+        committed = committed_offsets(s.checkpoint_path, s.topic)
+        if committed is not None:
+            self._origin = "the store job's last committed batch"
+            starts = {tp: committed.get(tp.partition, begins[tp]) for tp in tps}
+        else:
+            self._origin = f"{s.lookback_s:g} s back, no store job checkpoint"
+            found = consumer.offsets_for_times({tp: int((time.time() - s.lookback_s) * 1000) for tp in tps})
+            starts = {tp: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in tps}
+        # Never more than the tail can hold.
+        per_part = max(1, s.max_messages // max(1, len(tps)))
+        return {tp: min(ends[tp], max(begins[tp], starts[tp], ends[tp] - per_part)) for tp in tps}
+
+    def _take(self, records: list[Any]) -> None:
+        now = time.time()
+        lim = self.settings.limits
+        fresh: dict[bytes, StoredMessage] = {}
+        coords: dict[bytes, tuple[int, int]] = {}
+        for r in records:
+            try:
+                m, why = stored_form(r.value, lim, now)
+            except Exception as exc:  # noqa: BLE001 - one hostile record must not stop the tail
+                log.warning("store tail: record %s/%d refused: %s: %s", r.partition, r.offset, type(exc).__name__, exc)
+                m, why = None, "error"
+            if m is None:
+                self.refused[why] = self.refused.get(why, 0) + 1
+                continue
+            old = fresh.get(m.message_hash)
+            if old is None or (m.received_time, m.digest) < (old.received_time, old.digest):
+                fresh[m.message_hash] = m
+                coords[m.message_hash] = (r.partition, r.offset)
+        self.consumed += len(records)
+        if not fresh:
+            return
+        # Checked against the table, then taken in by chunks (the lock is held briefly: queries
+        # wait for it); when a new snapshot was swapped in meanwhile, the rest is checked again.
+        items = list(fresh.items())
+        generation = self.tail.generation
+        durable = self._durable([h for h, _ in items])
+        while items:
+            with self.tail.lock:
+                if self.tail.generation == generation:
+                    chunk, items = items[:_CHUNK], items[_CHUNK:]
+                    self.tail.add_locked((m for h, m in chunk if h not in durable), coords)
+                    continue
+            generation = self.tail.generation
+            durable = self._durable([h for h, _ in items])
+
+    def _durable(self, hashes: list[bytes]) -> set[bytes]:
+        """The table's check, tried again on a storage error (a snapshot whose files a vacuum
+        removed); if it keeps failing, nothing counts as durable: a message the table already
+        holds may then show twice until the store job's committed offsets pass it (sweep)."""
+        for attempt in range(3):
+            try:
+                return self.durable(hashes)
+            except Exception as exc:  # noqa: BLE001 - storage errors: retry, then go on
+                log.warning("store tail: checking %d hashes against the table failed (%s: %s)", len(hashes),
+                            type(exc).__name__, exc)
+                if self._stop.wait(0.2 * (attempt + 1)):
+                    break
+        return set()
+
+
+def at_or_before(index: Index, cursor: Index, forward: bool) -> bool:
+    """Whether `index` lies on the near side of a partial page's frontier `cursor`."""
+    return index <= cursor if forward else index >= cursor

@@ -1,0 +1,313 @@
+"""The store service's fresh tail (ingest/store/tail.py) merged by the online reader: pages over
+Delta + tail equal the plain-Python oracle over their union, also when the scan budget cuts
+pages short; a walk that goes on while tail messages move into Delta (commits between pages)
+gets every message exactly once, in order; v3 cursors (message hashes) resolve in the tail; the
+tail keeps one copy per hash (the earliest), is bounded, and applies the store job's rules
+(core/validation.py) as the load generator's ground truth says. No Kafka here: the consumer
+thread is covered by tests/integration/test_store_freshness.py."""
+from __future__ import annotations
+
+import json
+import random
+
+import pyarrow as pa
+import pytest
+
+from core.store_page import StoredMessage, StoreQuery, history_pages
+from core.validation import Limits
+from ingest.store.reader import MESSAGES_ARROW_SCHEMA, ReaderSettings, StoreReader, write_messages
+from ingest.store.tail import Tail, stored_form
+from tests.unit.test_store_query import (
+    CONTENT,
+    PAGE_SIZES,
+    PUBSUB,
+    check_paging,
+    random_cursor,
+    random_filters,
+    random_rows,
+    write_table,
+)
+
+
+def seeded() -> tuple[int, random.Random]:
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    return seed, random.Random(seed)
+
+
+def fresh_reader(path: str, tail: Tail, **kw) -> StoreReader:
+    reader = StoreReader(ReaderSettings(path, **kw), tail)
+    reader.refresh()
+    reader.index_hashes()
+    reader.hashes_ready.set()  # as follow() does once the table as first seen is indexed
+    return reader
+
+
+def add(tail: Tail, rows: list[dict]) -> None:
+    with tail.lock:
+        tail.add_locked(StoredMessage.from_mapping(r) for r in rows)
+
+
+def commit(path: str, rows: list[dict]) -> None:
+    rows = sorted(rows, key=lambda r: (r["received_time"], r["digest"]))
+    write_messages(path, pa.Table.from_pylist(rows, schema=MESSAGES_ARROW_SCHEMA), max_row_group_size=7)
+
+
+@pytest.mark.parametrize("budget", (1_000_000, 20))
+def test_pages_over_delta_and_tail_match_the_oracle(tmp_path, budget):
+    seed, rnd = seeded()
+    rows = random_rows(rnd, 260)
+    rnd.shuffle(rows)
+    in_delta, in_tail = rows[:150], rows[150:]
+    path = str(tmp_path / "t")
+    write_table(path, in_delta, rnd, files=3, group=7)
+    tail = Tail()
+    reader = fresh_reader(path, tail, max_scan_rows=budget)
+    add(tail, in_tail)
+    for forward in (True, False):
+        for size in PAGE_SIZES:
+            pubsub, contents = random_filters(rnd)
+            cursor = random_cursor(rnd, rows)
+            if budget < 1000:  # partial pages: every message once, in order (cursors differ)
+                query = StoreQuery(pubsub, contents, None, forward, size)
+                got = [m for p in history_pages(reader.query, query, max_pages=2000) for m in
+                       (p.messages if forward else p.messages[::-1])]
+                want = sorted((r for r in rows if (not pubsub or r["pubsub_topic"] == pubsub)
+                               and (not contents or r["content_topic"] in contents)),
+                              key=lambda r: (r["received_time"], r["digest"]), reverse=not forward)
+                assert [(m.received_time, m.digest) for m in got] == \
+                    [(r["received_time"], r["digest"]) for r in want], f"seed {seed}"
+            else:
+                check_paging(reader.query, rows, pubsub, contents, forward, size, cursor)
+
+
+def test_walk_across_commits_is_exact(tmp_path):
+    """Pages keep coming while batches of tail messages are committed to Delta (the tail drops
+    them as the new snapshot is swapped in): no message twice, none missing, in order."""
+    seed, rnd = seeded()
+    rows = random_rows(rnd, 300)
+    rnd.shuffle(rows)
+    path = str(tmp_path / "t")
+    write_table(path, rows[:60], rnd, files=2, group=7)
+    tail = Tail()
+    reader = fresh_reader(path, tail, max_scan_rows=rnd.choice((15, 1_000_000)))
+    pending = rows[60:]
+    add(tail, pending)
+    for forward in (True, False):
+        pubsub, contents = random_filters(rnd)
+        query = StoreQuery(pubsub, contents, None, forward, rnd.choice((1, 3, 20)))
+        got = []
+        for page in history_pages(reader.query, query, max_pages=5000):
+            got.extend(page.messages if forward else page.messages[::-1])
+            if pending and rnd.random() < 0.3:  # the store job commits some of the tail
+                k = rnd.randrange(1, 40)
+                batch, pending = pending[:k], pending[k:]
+                commit(path, batch)
+                assert reader.refresh() is not None
+                with tail.lock:
+                    assert all(tail.get_locked(r["message_hash"]) is None for r in batch)
+        want = sorted((r for r in rows if (not pubsub or r["pubsub_topic"] == pubsub)
+                       and (not contents or r["content_topic"] in contents)),
+                      key=lambda r: (r["received_time"], r["digest"]), reverse=not forward)
+        assert [(m.received_time, m.digest) for m in got] == \
+            [(r["received_time"], r["digest"]) for r in want], f"seed {seed}"
+    assert len(tail) == len(pending)
+
+
+def test_tail_cursor_lookup_one_copy_per_hash_and_bound(tmp_path):
+    seed, rnd = seeded()
+    rows = random_rows(rnd, 80)[:40]  # random_rows skips Index collisions: ask for more
+    assert len(rows) == 40
+    path = str(tmp_path / "t")
+    write_table(path, rows[:10], rnd, files=1)
+    tail = Tail(max_messages=25)
+    reader = fresh_reader(path, tail)
+    add(tail, rows[10:30])
+    # v3 cursors are message hashes: one in the tail resolves to its Index.
+    m = reader.locate(rows[15]["message_hash"])
+    assert m is not None and (m.received_time, m.digest) == (rows[15]["received_time"], rows[15]["digest"])
+    assert reader.durable_among([r["message_hash"] for r in rows[5:15]]) == {r["message_hash"] for r in rows[5:10]}
+    # Another copy of a message: the earliest receive time stays.
+    later = dict(rows[12], received_time=rows[12]["received_time"] + 5)
+    earlier = dict(rows[13], received_time=rows[13]["received_time"] - 5)
+    add(tail, [later, earlier])
+    with tail.lock:
+        assert tail.get_locked(rows[12]["message_hash"]).received_time == rows[12]["received_time"]
+        assert tail.get_locked(rows[13]["message_hash"]).received_time == rows[13]["received_time"] - 5
+    assert len(tail) == 20
+    # Bounded: the oldest by receive time go first.
+    add(tail, rows[30:40])
+    assert len(tail) == 25 and tail.evicted == 5
+    kept = sorted((m.received_time, m.digest) for m in tail.snapshot())
+    every = sorted([(r["received_time"], r["digest"]) for r in rows[10:40] if r is not rows[13]]
+                   + [(earlier["received_time"], earlier["digest"])])
+    assert kept == every[5:]
+
+
+def test_tail_applies_the_store_rules_like_the_load_generator_says():
+    """core/validation.py on the load generator's records: valid ones become the stored form
+    (message hash = the Kafka key), ephemeral ones are left out, each invalid kind is refused
+    with its own rule name."""
+    from tools.loadgen import INVALID_KINDS, LoadGenerator, LoadProfile
+
+    seed, _ = seeded()
+    gen = LoadGenerator(LoadProfile(seed=seed % 1000, invalid_share=0.3, ephemeral_share=0.1, duplicate_share=0.1,
+                                    content_topics=20))
+    now = 1_795_000_000.0
+    records = gen.batch(3000, now)
+    kinds = {}
+    invalid = iter(gen.truth.quarantined)
+    invalid_values = {v for _, v in gen.truth.quarantined}
+    stored = 0
+    for r in records:
+        m, why = stored_form(r.value, Limits(), now)
+        if r.value in invalid_values:
+            kind, value = next(invalid)
+            assert value == r.value and why == kind, (kind, why)
+            kinds[kind] = kinds.get(kind, 0) + 1
+        elif why == "ephemeral":
+            continue
+        else:
+            assert why is None and m.message_hash == r.key
+            stored += 1
+    assert set(kinds) == set(INVALID_KINDS), f"seed {seed}"
+    assert stored >= len(gen.truth.stored)
+
+
+def test_what_the_job_refused_is_swept_at_its_committed_offsets(tmp_path):
+    """Tail messages below the store job's committed offsets that the new snapshot does not
+    hold were refused by the job: they leave with that snapshot; those above stay."""
+    seed, rnd = seeded()
+    rows = sorted(random_rows(rnd, 120)[:60], key=lambda r: (r["received_time"], r["digest"]))
+    assert len(rows) == 60
+    path = str(tmp_path / "t")
+    write_table(path, rows[:10], rnd, files=1)
+    committed: dict[int, int] = {}
+    tail = Tail(committed=lambda: dict(committed))
+    reader = fresh_reader(path, tail)
+    fresh = rows[10:]
+    with tail.lock:  # partition 0, offsets 0..49 in arrival order
+        tail.add_locked((StoredMessage.from_mapping(r) for r in fresh),
+                        {r["message_hash"]: (0, i) for i, r in enumerate(fresh)})
+    stored = [r for i, r in enumerate(fresh[:30]) if i % 5]  # the job refused every fifth
+    commit(path, stored)
+    committed[0] = 30
+    reader.refresh()
+    assert tail.dropped == len(stored) and tail.swept == 6
+    assert sorted(m.message_hash for m in tail.snapshot()) == sorted(r["message_hash"] for r in fresh[30:])
+    check_paging(reader.query, rows[:10] + stored + fresh[30:], "", (), True, 7, None)
+
+
+def test_tail_settings_from_config():
+    from core.config import ConfigError, load_config
+    from ingest.store.server import StoreServiceSettings
+    from ingest.store.tail import TailSettings
+
+    cfg = load_config(["kafka.bootstrap_servers=k1:9092,k2:9092", "topics.messages=m",
+                       "warehouse.checkpoints=/cp", "store_service.tail_max_messages=5",
+                       "limits.max_meta_bytes=32"])
+    t = TailSettings.from_config(cfg)
+    assert (t.bootstrap_servers, t.topic, t.max_messages, t.checkpoint_path) == ("k1:9092,k2:9092", "m", 5, "/cp/store")
+    assert t.limits.max_meta_bytes == 32 and t.lookback_s == 600.0
+    assert StoreServiceSettings.from_config(cfg).tail == t
+    assert StoreServiceSettings.from_config(load_config(["store_service.fresh_tail=false"])).tail is None
+    for bad in ("store_service.tail_max_messages=0", "store_service.tail_lookback_s=-1"):
+        with pytest.raises(ConfigError):
+            TailSettings.from_config(load_config([bad]))
+
+
+def test_committed_offsets_from_the_store_jobs_checkpoint(tmp_path):
+    """Spark's offset log: offsets/<batch> ("v1", metadata, one JSON line per source) counts
+    only once commits/<batch> exists (the real format is checked against a real store job in
+    tests/integration/test_store_freshness.py)."""
+    from ingest.store.tail import committed_offsets
+
+    cp = tmp_path / "store"
+    assert committed_offsets(str(cp), "m") is None
+    (cp / "offsets").mkdir(parents=True)
+    (cp / "commits").mkdir()
+    for batch, offsets in ((0, {"0": 5, "1": 7}), (1, {"0": 9, "1": 12}), (2, {"0": 20, "1": 30})):
+        (cp / "offsets" / str(batch)).write_text(
+            'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n' + json.dumps({"m": offsets}) + "\n")
+    assert committed_offsets(str(cp), "m") is None  # nothing committed yet
+    (cp / "commits" / "0").write_text("v1\n{}\n")
+    (cp / "commits" / "1").write_text("v1\n{}\n")
+    assert committed_offsets(str(cp), "m") == {0: 9, 1: 12}  # batch 2 is not committed
+    assert committed_offsets(f"file:{cp}", "m") == {0: 9, 1: 12}
+    assert committed_offsets(str(cp), "other") is None
+    assert committed_offsets("s3a://bucket/cp/store", "m") is None  # not local: the lookback applies
+
+
+def test_arrivals_racing_commits_leave_each_message_once(tmp_path):
+    """The follower's path (TailFollower._take: rules, table check, chunked inserts with the
+    generation check) while the "store job" commits the same messages to Delta: some before the
+    tail reads them, some between its table check and its insert (the race the generation
+    check closes: without it this test fails), the rest after; pages are read meanwhile.
+    Every message ends in exactly one place and a walk gets each once, in order."""
+    import time
+    from collections import namedtuple
+
+    from ingest.store.tail import TailFollower, TailSettings
+    from tests.unit.test_store_query import _date
+    from tools.loadgen import LoadGenerator, LoadProfile
+
+    seed, rnd = seeded()
+    gen = LoadGenerator(LoadProfile(content_topics=5, pubsub_topics=2, invalid_share=0.05, ephemeral_share=0.05,
+                                    duplicate_share=0.1, payload_bytes=32, seed=seed % 10_000))
+    now = time.time()
+    records = [gen.next(now + i * 0.01) for i in range(3000)]
+    Record = namedtuple("Record", "value partition offset")
+    kafka = [Record(r.value, 0, i) for i, r in enumerate(records)]
+    stored = {}
+    for r in kafka:
+        m, why = stored_form(r.value, Limits(), now + 30)
+        if m is not None and (m.message_hash not in stored or m.index < stored[m.message_hash].index):
+            stored[m.message_hash] = m
+    assert set(stored) == set(gen.truth.stored)
+
+    def row(m: StoredMessage) -> dict:
+        return {"received_time": m.received_time, "digest": m.digest, "message_hash": m.message_hash,
+                "pubsub_topic": m.pubsub_topic, "content_topic": m.content_topic, "payload": m.payload,
+                "version": m.version, "timestamp": m.timestamp, "meta": m.meta, "rate_limit_proof": m.rate_limit_proof,
+                "source": "relay", "bridge_id": "b", "kafka_topic": "t", "kafka_partition": 0, "kafka_offset": 0,
+                "kafka_timestamp": None, "received_date": _date(m.received_time)}
+
+    path = str(tmp_path / "t")
+    order = sorted(stored.values(), key=lambda m: m.index)
+    first = order[:300]  # committed before the service starts
+    commit(path, [row(m) for m in first])
+    tail = Tail()
+    reader = fresh_reader(path, tail)
+    committed = {m.message_hash for m in first}
+    commits = {"between": 0, "ahead": 0}
+
+    def commit_some(ms, kind):
+        ms = [m for m in ms if m.message_hash not in committed]
+        if ms:
+            committed.update(m.message_hash for m in ms)
+            commit(path, [row(m) for m in ms])
+            reader.refresh()
+            commits[kind] += 1
+
+    def racing_durable(hashes):
+        """The table check, then (sometimes) the store job commits some of these very messages
+        before the follower takes them in (the race the generation check closes), or some
+        messages the follower has not read yet (they must be refused on arrival)."""
+        found = reader.durable_among(hashes)
+        if rnd.random() < 0.5:
+            commit_some([stored[h] for h in hashes if h in stored and rnd.random() < 0.3], "between")
+        if rnd.random() < 0.2:
+            commit_some(rnd.sample(order, 40), "ahead")
+        return found
+
+    follower = TailFollower(TailSettings("unused:9092", limits=Limits()), tail, racing_durable)
+    for i in range(0, len(kafka), 97):
+        follower._take(kafka[i:i + 97])
+        reader.query(StoreQuery(forward=False, page_size=20))
+    assert commits["between"] > 3 and commits["ahead"] > 1
+    assert len(tail) + len(committed) == len(stored)  # each in exactly one place
+    commit_some(order, "between")  # the rest
+    reader.refresh()
+    assert len(tail) == 0, f"seed {seed}: {len(tail)} messages both in the tail and in Delta"
+    got = [m for p in history_pages(reader.query, StoreQuery(page_size=100)) for m in p.messages]
+    assert [m.message_hash for m in got] == [m.message_hash for m in order], f"seed {seed}"
