@@ -24,4 +24,4 @@ lock:
 	mv conf/constraints.new conf/constraints.txt; rm -f conf/constraints.tmp
 
 clean:
-	rm -rf var/ .cache/waku-pipeline.zip
+	rm -rf var/ .cache/py-files

@@ -16,7 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT_ENV = "WAKU_REPO_ROOT"
+
+
+def _repo_root() -> Path:
+    """The checkout. On a cluster's driver the packages are imported from the zip tools/submit.py
+    ships with --py-files (spark-submit puts it first on sys.path), which holds no conf/: then the
+    checkout is the one spark-submit.sh runs from (WAKU_REPO_ROOT, set by tools/submit.py)."""
+    here = Path(__file__).resolve().parent.parent
+    if here.is_dir():
+        return here
+    return Path(os.environ.get(REPO_ROOT_ENV) or os.getcwd()).resolve()
+
+
+REPO_ROOT = _repo_root()
 DEFAULTS_PATH = REPO_ROOT / "conf" / "pipeline.toml"
 ENV_PREFIX = "WAKU_"
 CONFIG_FILE_ENV = "WAKU_CONFIG"

@@ -22,6 +22,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# kafka-python is imported whole, here, in the main thread: imported for the first time from two
+# threads at once (the producer, the store tail, the pusher) it fails with "cannot import name
+# 'MemoryRecords' from partially initialized module 'kafka.record'" and the bridge exits.
+import kafka  # noqa: F401
+import kafka.errors  # noqa: F401
 import trio
 
 from core.kafka import client_options as kafka_client_options

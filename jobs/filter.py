@@ -8,7 +8,7 @@ import sys
 from core.config import add_config_arguments
 from pipeline.filter.matching import start_filter_query
 from pipeline.filter.settings import FilterJobSettings
-from pipeline.spark.entrypoint import setup_job
+from pipeline.spark.entrypoint import setup_job, start_metrics
 from pipeline.spark.session import build_session
 
 log = logging.getLogger("waku.jobs.filter")
@@ -24,8 +24,13 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides.append("filter.trigger=realtime")
     settings, spark_settings = setup_job(args, FilterJobSettings.from_config)
     spark = build_session(spark_settings, "filter")
-    query = start_filter_query(spark, settings)
-    query.awaitTermination()
+    metrics = start_metrics(spark, settings.metrics)
+    try:
+        query = start_filter_query(spark, settings, metrics=metrics)
+        query.awaitTermination()
+    finally:
+        if metrics is not None:
+            metrics.stop()
     return 0
 
 

@@ -6,12 +6,11 @@ import logging
 import sys
 
 from core.config import add_config_arguments
-from pipeline.spark.entrypoint import setup_job
+from pipeline.spark.entrypoint import setup_job, start_metrics
 from pipeline.spark.session import build_session
-from pipeline.store.maintenance import MaintenanceReport, apply_retention, compact, vacuum
+from pipeline.store.maintenance import MaintenanceRun, maintain
 from pipeline.store.settings import MaintainSettings
 from pipeline.store.tables import ensure_store_tables
-from pipeline.store.validation import audit
 
 log = logging.getLogger("waku.jobs.maintain")
 
@@ -25,22 +24,18 @@ def main(argv: list[str] | None = None) -> int:
     settings, spark_settings = setup_job(args, MaintainSettings.from_config)
     spark = build_session(spark_settings, "maintain")
     ensure_store_tables(spark, settings.warehouse)
-    report = MaintenanceReport()
-    if "retention" not in args.skip:
-        apply_retention(spark, settings, report=report)
-    if "compact" not in args.skip:
-        compact(spark, settings, report=report)
-    if "vacuum" not in args.skip:
-        vacuum(spark, settings, report=report)
-    log.info("maintenance done: %s", report)
-    print(report)
-    if "audit" not in args.skip:
-        # The stored table against the validation rules (great-expectations on Spark).
-        messages = spark.read.format("delta").load(settings.warehouse.table_path("messages"))
-        outcome = audit(messages, settings.limits)
-        log.log(logging.INFO if outcome["success"] else logging.ERROR, "audit of messages: %s", outcome)
-        print(f"audit: {outcome}")
-        if not outcome["success"]:
+    metrics = start_metrics(spark, settings.metrics)
+    run = MaintenanceRun()
+    try:
+        maintain(spark, settings, run, skip=args.skip)
+    finally:
+        if metrics is not None:  # the run's row in job_metrics, even when a step failed
+            metrics.record(run.metrics_row())
+            metrics.stop()
+    print(run.report)
+    if run.audit is not None:
+        print(f"audit: {run.audit}")
+        if not run.audit["success"]:
             return 1
     return 0
 

@@ -6,7 +6,7 @@ import logging
 import sys
 
 from core.config import add_config_arguments
-from pipeline.spark.entrypoint import setup_job
+from pipeline.spark.entrypoint import setup_job, start_metrics
 from pipeline.spark.session import build_session
 from pipeline.store.job import start_store_query
 from pipeline.store.settings import StoreJobSettings
@@ -22,9 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings, spark_settings = setup_job(args, StoreJobSettings.from_config)
     spark = build_session(spark_settings, "store")
-    query = start_store_query(spark, settings, available_now=args.available_now)
-    log.info("store query started: %s -> %s", settings.topic, settings.warehouse.table_path("messages"))
-    query.awaitTermination()
+    metrics = start_metrics(spark, settings.metrics)
+    try:
+        query = start_store_query(spark, settings, available_now=args.available_now, metrics=metrics)
+        log.info("store query started: %s -> %s", settings.topic, settings.warehouse.table_path("messages"))
+        query.awaitTermination()
+    finally:
+        if metrics is not None:
+            metrics.stop()
     return 0
 
 

@@ -62,8 +62,10 @@ fi
 PYTHON=.venv/bin/python bash jvm/build.sh "$REPO/.cache/jars/spark" || exit 2
 
 # 5. Reference clients for tests/interop (make test): go-waku v0.10.0 built with Go (cgo), and
-#    js-waku (@waku/sdk, with its own Node 22 from npm).
+#    js-waku (@waku/sdk, with its own Node 22 from npm); and Debian's chromium, in which
+#    tests/integration/test_dashboard.py opens the ops dashboard headless.
 if [ "${1:-}" = "--with-interop" ]; then
+  command -v chromium >/dev/null || apt_install chromium
   command -v go >/dev/null || die "Go not found: the interop tests build go-waku with Go >= 1.23 (install Go, or put it on PATH)"
   command -v gcc >/dev/null || apt_install gcc
   command -v npm >/dev/null || apt_install npm

@@ -1,9 +1,10 @@
 """Run the pipeline locally: embedded Kafka (unless external servers are configured), the
-pipeline's topics, the store job through ./spark-submit.sh, the ingest bridge (waku-bridge) and
-a small demo publisher that publishes over Waku relay to the bridge, printing what reaches the
-Delta store. Ctrl-C stops everything cleanly.
+pipeline's topics, the store job through ./spark-submit.sh, the ingest bridge (waku-bridge), a
+small demo publisher that publishes over Waku relay to the bridge, and the ops dashboard
+(tools/dashboard.py, http://127.0.0.1:8050/), printing what reaches the Delta store. Ctrl-C stops
+everything cleanly.
 
-    python -m tools.local_run [--duration SECONDS] [--demo-rate N] [--no-demo] [--set k=v]
+    python -m tools.local_run [--duration SECONDS] [--demo-rate N] [--no-demo] [--no-dashboard] [--set k=v]
 """
 from __future__ import annotations
 
@@ -37,12 +38,23 @@ def stored_count(config: Config) -> int | None:
         return None
 
 
+def start_dashboard(job_args: list[str], log_path: Path) -> subprocess.Popen:
+    """The ops dashboard as a child process, with the same configuration as the jobs."""
+    return subprocess.Popen([sys.executable, "-m", "tools.dashboard", *job_args], cwd=REPO_ROOT,
+                            stdout=log_path.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _local(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "") else host
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="waku-local-run", description=__doc__.splitlines()[0])
     add_config_arguments(parser)
     parser.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: run until Ctrl-C)")
     parser.add_argument("--demo-rate", type=int, default=5, help="demo messages per second published over relay (default 5)")
     parser.add_argument("--no-demo", action="store_true", help="do not start the demo publisher")
+    parser.add_argument("--no-dashboard", action="store_true", help="do not start the ops dashboard")
     parser.add_argument("--with-filter", action="store_true",
                         help="also run the subscriptions and filter jobs (three Spark applications: slow on 2 cores)")
     args = parser.parse_args(argv)
@@ -64,6 +76,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
     jobs: dict[str, subprocess.Popen] = {}
     bridge = None
     publisher = None
+    dashboard = None
     stopping = False
 
     def on_signal(signum, frame):  # noqa: ARG001
@@ -100,6 +113,13 @@ def run(config: Config, args: argparse.Namespace) -> int:
         log.info("history: .venv/bin/waku-store query --peer %s --direction backward --limit 20", bridge.tcp_addr)
         if args.with_filter:
             log.info("filter: .venv/bin/waku-bridge filter --peer %s --content-topic <topic>", bridge.tcp_addr)
+        if not args.no_dashboard:
+            # Only the endpoints of the jobs started here are scraped.
+            off = [] if args.with_filter else ["--set", "job_metrics.subscriptions_port=-1",
+                                               "--set", "job_metrics.filter_port=-1"]
+            dashboard = start_dashboard(job_args + off, logs / "dashboard.log")
+            log.info("ops dashboard on http://%s:%s/ (log: %s)", _local(config.get("dashboard.host")),
+                     config.get("dashboard.port"), logs / "dashboard.log")
         if not args.no_demo:
             log.info("starting a demo publisher: %d msg/s over relay to %s", args.demo_rate, bridge.tcp_addr)
             publisher = start_publisher(bridge.tcp_addr, rate=args.demo_rate, count=0, log=subprocess.DEVNULL)
@@ -116,6 +136,9 @@ def run(config: Config, args: argparse.Namespace) -> int:
             time.sleep(0.5)
         return 0
     finally:
+        if dashboard is not None and dashboard.poll() is None:
+            dashboard.terminate()
+            dashboard.wait(10)
         if publisher is not None and publisher.poll() is None:
             publisher.terminate()
             publisher.wait(10)

@@ -11,13 +11,16 @@ pipeline's Python code is shipped as a zip with --py-files.
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import shutil
 import sys
+import tempfile
+import time
 import zipfile
 from pathlib import Path
 
-from core.config import REPO_ROOT, ConfigError, load_config
+from core.config import REPO_ROOT, REPO_ROOT_ENV, ConfigError, load_config
 from core.spark_conf import SPARK_DEFAULTS, SUBMITTED_ENV, SparkSettings, master_defaults
 
 JOBS_DIR = REPO_ROOT / "jobs"
@@ -68,16 +71,40 @@ def option_value(args: list[str], name: str) -> str | None:
     return values[-1] if values else None
 
 
+ZIP_KEEP_S = 7 * 86400  # a zip not submitted for a week is deleted
+
+
 def python_zip() -> Path:
     """The Spark side's Python packages (the jobs' library, the core, the generated schemas),
-    zipped for executors on a cluster."""
-    target = REPO_ROOT / ".cache" / "waku-pipeline.zip"
+    zipped for executors on a cluster. Named by its content and written by rename: a driver
+    that is running imports from its zip lazily, so a zip is never rewritten in place (jobs
+    submitted together, or after the code changed, each get a complete one)."""
+    files = sorted(path for package in ("pipeline", "core", "schemas") for path in (REPO_ROOT / package).rglob("*")
+                   if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc")
+    digest = hashlib.sha256()
+    contents = []
+    for path in files:
+        data = path.read_bytes()
+        name = str(path.relative_to(REPO_ROOT))
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+        contents.append((name, data))
+    target = REPO_ROOT / ".cache" / "py-files" / f"waku-pipeline-{digest.hexdigest()[:16]}.zip"
+    if target.exists():
+        os.utime(target)  # in use: kept by the pruning below
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
-        for package in ("pipeline", "core", "schemas"):
-            for path in (REPO_ROOT / package).rglob("*"):
-                if path.is_file() and "__pycache__" not in path.parts:
-                    zf.write(path, path.relative_to(REPO_ROOT))
+    for old in target.parent.glob("waku-pipeline-*.zip"):  # zips of code a week old
+        if time.time() - old.stat().st_mtime > ZIP_KEEP_S:
+            old.unlink(missing_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+            for name, data in contents:
+                zf.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data, zipfile.ZIP_DEFLATED)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return target
 
 
@@ -121,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    env = dict(os.environ, **{SUBMITTED_ENV: "1"})
+    env = dict(os.environ, **{SUBMITTED_ENV: "1", REPO_ROOT_ENV: str(REPO_ROOT)})
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     os.execvpe(cmd[0], cmd, env)

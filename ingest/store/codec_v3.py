@@ -13,6 +13,7 @@ from typing import Any
 
 from core.message import message_hash
 from core.store_page import StoredMessage
+from ingest.status import status_desc
 from ingest.store.codec import waku_message_of
 from schemas import store_v3_pb2 as pb3
 
@@ -40,9 +41,8 @@ def hash_of(m: StoredMessage) -> bytes:
 
 def response(request_id: str, code: int, detail: str = "", messages: Iterable[StoredMessage] = (),
              include_data: bool = True, cursor: bytes | None = None) -> bytes:
-    name = STATUS_NAMES.get(code, str(code))
     r = pb3.StoreQueryResponse(request_id=request_id, status_code=code,
-                               status_desc=f"{name}: {detail}" if detail else name)
+                               status_desc=status_desc(STATUS_NAMES, code, detail))
     for m in messages:
         kv = r.messages.add(message_hash=hash_of(m), pubsub_topic=m.pubsub_topic)
         if include_data:

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from pipeline.spark.metrics import JobMetrics
+
 log = logging.getLogger("waku.filter")
 
 PUSH_ENCODE_CLASS = "waku.pipeline.PushEncode"
@@ -88,7 +90,9 @@ def build_filter_stream(spark: "SparkSession", settings: FilterJobSettings) -> "
 
 
 def start_filter_query(spark: "SparkSession", settings: FilterJobSettings, query_name: str = "filter",
-                       checkpoint: str | None = None) -> "StreamingQuery":
+                       checkpoint: str | None = None, metrics: "JobMetrics | None" = None) -> "StreamingQuery":
+    """Start the filter query; with `metrics` (started) its progress (output rows = push
+    records) goes to Delta job_metrics and Prometheus."""
     out = build_filter_stream(spark, settings)
     mode = settings.trigger
     # Push records are produced like every record of the pipeline: acks=all, idempotent.
@@ -101,6 +105,8 @@ def start_filter_query(spark: "SparkSession", settings: FilterJobSettings, query
         writer = writer.outputMode("update").trigger(realTime=settings.realtime_checkpoint_interval)
     else:
         raise ConfigError(f"filter.trigger: expected microbatch or realtime, got {mode!r}")
+    if metrics is not None:
+        metrics.watch(query_name)
     query = writer.start()
     log.info("filter query started (%s): %s ⋈ %s -> %s<bridge_id>", mode, settings.messages_topic,
              settings.warehouse.table_path("subscriptions"), settings.push_prefix)

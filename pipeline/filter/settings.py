@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from core.config import Config, ConfigError
 from core.settings import KafkaSettings, WarehouseSettings
+from pipeline.spark.metrics import JobMetricsSettings
 
 TRIGGERS = ("microbatch", "realtime")
 
@@ -19,13 +20,15 @@ class SubscriptionsJobSettings:
     ttl_s: float = 300.0
     trigger_seconds: float = 0.5
     expire_interval_s: float = 30.0
+    metrics: JobMetricsSettings | None = None  # [job_metrics]
 
     @classmethod
     def from_config(cls, config: Config) -> "SubscriptionsJobSettings":
         f = config["filter"]
         return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
                    config.get("topics.subscriptions"), float(f["subscription_ttl_s"]),
-                   f["subscriptions_trigger_seconds"], float(f["expire_interval_s"]))
+                   f["subscriptions_trigger_seconds"], float(f["expire_interval_s"]),
+                   JobMetricsSettings.from_config(config, "subscriptions"))
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class FilterJobSettings:
     realtime_checkpoint_interval: str = "30 seconds"
     starting_offsets: str = "latest"
     max_offsets_per_trigger: int = 0  # 0: no bound
+    metrics: JobMetricsSettings | None = None  # [job_metrics]
 
     @classmethod
     def from_config(cls, config: Config) -> "FilterJobSettings":
@@ -49,4 +53,4 @@ class FilterJobSettings:
         return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
                    config.get("topics.messages"), config.get("topics.push_prefix"), float(f["subscription_ttl_s"]),
                    f["trigger"], f["trigger_seconds"], f["realtime_checkpoint_interval"], f["starting_offsets"],
-                   f["max_offsets_per_trigger"])
+                   f["max_offsets_per_trigger"], JobMetricsSettings.from_config(config, "filter"))

@@ -1,15 +1,19 @@
 """What every job does first: logging, then its typed settings built once from the merged
-configuration (a bad value exits 2 with one line). Below this, nothing looks settings up."""
+configuration (a bad value exits 2 with one line), then its metrics (`start_metrics`). Below
+this, nothing looks settings up."""
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from core.config import Config, ConfigError, config_from_args
 from core.spark_conf import SparkSettings
+
+if TYPE_CHECKING:
+    from pipeline.spark.metrics import JobMetrics, JobMetricsSettings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 S = TypeVar("S")
@@ -23,4 +27,19 @@ def setup_job(args: argparse.Namespace, build: Callable[[Config], S]) -> tuple[S
         return build(config), SparkSettings.from_config(config)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def start_metrics(spark, settings: "JobMetricsSettings | None") -> "JobMetrics | None":
+    """The job's metrics on this driver (listener, Prometheus exporter, Delta writer); None when
+    the settings carry none. Stop it with `.stop()` when the job ends (it flushes)."""
+    from pipeline.spark.metrics import JobMetrics
+
+    if settings is None:
+        return None
+    try:
+        return JobMetrics(spark, settings).start()
+    except OSError as exc:  # the Prometheus port is taken: one line, as for a bad setting
+        print(f"error: cannot serve job metrics on {settings.host}:{settings.port}: {exc.strerror} "
+              f"(job_metrics.{settings.job}_port: 0 for any free port, -1 for none)", file=sys.stderr)
         raise SystemExit(2) from None

@@ -28,6 +28,7 @@ module's `from_protobuf` has the same leading arguments.
 from __future__ import annotations
 
 import functools
+import pkgutil
 
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -63,7 +64,11 @@ _SCALARS: dict[int, T.DataType] = {
 @functools.cache
 def _pool() -> descriptor_pool.DescriptorPool:
     """A private pool holding schemas/waku.desc, files added in dependency order."""
-    fds = descriptor_pb2.FileDescriptorSet.FromString(DESCRIPTOR_SET_PATH.read_bytes())
+    # Read as package data: on a cluster's driver `schemas` is imported from the --py-files zip.
+    data = pkgutil.get_data("schemas", DESCRIPTOR_SET_PATH.name)
+    if data is None:
+        raise FileNotFoundError(DESCRIPTOR_SET_PATH)
+    fds = descriptor_pb2.FileDescriptorSet.FromString(data)
     by_name = {f.name: f for f in fds.file}
     pool = descriptor_pool.DescriptorPool()
     added: set[str] = set()

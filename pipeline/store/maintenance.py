@@ -1,4 +1,6 @@
-"""Store maintenance: compaction (keeping received_time order), retention, vacuum.
+"""Store maintenance: retention of every table, compaction (keeping received_time order),
+vacuum, the audit; `maintain` runs them in order and times each into a `MaintenanceRun`, whose
+row goes to Delta job_metrics (job = maintain).
 
 Safe while the store job runs: the store job's appends are blind appends, which never conflict
 with OPTIMIZE; a DELETE that races an append touching the same files is retried (Delta's typed
@@ -9,15 +11,22 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from core.settings import WarehouseSettings
 from pipeline.spark.delta import retry_conflicts
+from pipeline.spark.metrics import BatchFigures, run_row
 from pipeline.store.settings import MaintainSettings
+from pipeline.store.validation import audit
 
 log = logging.getLogger("waku.maintain")
+R = TypeVar("R")
 
 
 @dataclass
@@ -25,6 +34,7 @@ class MaintenanceReport:
     deleted_by_age: int = 0
     deleted_by_capacity: int = 0
     quarantine_deleted: int = 0
+    job_metrics_deleted: int = 0
     files_before: int = 0
     files_after: int = 0
     vacuumed: bool = False
@@ -55,7 +65,8 @@ def _delete(spark: SparkSession, path: str, condition) -> int:
 def apply_retention(spark: SparkSession, settings: MaintainSettings, now: float | None = None,
                     report: MaintenanceReport | None = None) -> MaintenanceReport:
     """Delete messages older than store.retention_days, then (if store.retention_max_messages
-    is set) the oldest beyond that many; quarantine follows the same age limit."""
+    is set) the oldest beyond that many; quarantine follows the same age limit; job_metrics keeps
+    job_metrics.retention_days whole days."""
     report = report or MaintenanceReport()
     now = time.time() if now is None else now
     cutoff = now - settings.retention_days * 86400.0
@@ -77,6 +88,11 @@ def apply_retention(spark: SparkSession, settings: MaintainSettings, now: float 
     report.quarantine_deleted = _delete(
         spark, settings.warehouse.table_path("quarantine"),
         F.col("quarantined_at") < F.timestamp_seconds(F.lit(cutoff)))
+    metrics = settings.warehouse.table_path("job_metrics")
+    if settings.metrics is not None and _exists(spark, metrics):
+        # Whole days (the table is partitioned by job and day): a metadata-only delete.
+        day = time.strftime("%Y-%m-%d", time.gmtime(now - settings.metrics.retention_days * 86400.0))
+        report.job_metrics_deleted = _delete(spark, metrics, F.col("day") < F.lit(day))
     return report
 
 
@@ -119,3 +135,67 @@ def vacuum(spark: SparkSession, settings: MaintainSettings, report: MaintenanceR
             retry_conflicts(f"vacuum {table}", lambda p=path: DeltaTable.forPath(spark, p).vacuum(hours))
     report.vacuumed = True
     return report
+
+
+def table_rows(spark: SparkSession, warehouse: WarehouseSettings) -> dict[str, int]:
+    """Rows of each table of the warehouse that exists (Delta answers a plain count from the
+    file statistics in its log, without reading data files)."""
+    out: dict[str, int] = {}
+    for table in ("messages", "quarantine", "subscriptions", "job_metrics"):
+        path = warehouse.table_path(table)
+        if _exists(spark, path):
+            out[table] = spark.read.format("delta").load(path).count()
+    return out
+
+
+@dataclass
+class MaintenanceRun:
+    """One run of the maintain job: its report, audit outcome, time per step and table rows."""
+    report: MaintenanceReport = field(default_factory=MaintenanceReport)
+    audit: dict[str, Any] | None = None
+    figures: BatchFigures = field(default_factory=BatchFigures)
+    rows_before: dict[str, int] = field(default_factory=dict)
+    rows_after: dict[str, int] = field(default_factory=dict)
+    began: float = field(default_factory=time.time)
+    run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def step(self, name: str, op: Callable[[], R]) -> R:
+        began = time.monotonic()
+        try:
+            return op()
+        finally:
+            self.figures.phase_seconds[name] = round(time.monotonic() - began, 3)
+
+    def metrics_row(self) -> dict[str, Any]:
+        """The run's row for Delta job_metrics (job = maintain)."""
+        r = self.report
+        self.figures.counts = {
+            "deleted_by_age": r.deleted_by_age, "deleted_by_capacity": r.deleted_by_capacity,
+            "quarantine_deleted": r.quarantine_deleted, "job_metrics_deleted": r.job_metrics_deleted,
+            "files_before": r.files_before, "files_after": r.files_after,
+            **{f"{t}_rows": n for t, n in self.rows_after.items()}}
+        if self.audit is not None:
+            self.figures.counts["audit_failed"] = 0 if self.audit["success"] else 1
+        return run_row("maintain", self.run_id, self.began, time.time(), input_rows=self.rows_before.get("messages"),
+                       output_rows=self.rows_after.get("messages"), figures=self.figures,
+                       report={"maintenance": vars(r), "audit": self.audit})
+
+
+def maintain(spark: SparkSession, settings: MaintainSettings, run: MaintenanceRun,
+             skip: Collection[str] = ()) -> MaintenanceRun:
+    """Retention, compaction, vacuum, then the audit of `messages` (great-expectations on Spark),
+    each timed into `run`; steps in `skip` are left out."""
+    run.rows_before = table_rows(spark, settings.warehouse)
+    steps = {"retention": lambda: apply_retention(spark, settings, report=run.report),
+             "compact": lambda: compact(spark, settings, report=run.report),
+             "vacuum": lambda: vacuum(spark, settings, report=run.report)}
+    for name, op in steps.items():
+        if name not in skip:
+            run.step(name, op)
+    log.info("maintenance done: %s", run.report)
+    if "audit" not in skip:
+        messages = spark.read.format("delta").load(settings.warehouse.table_path("messages"))
+        run.audit = run.step("audit", lambda: audit(messages, settings.limits))
+        log.log(logging.INFO if run.audit["success"] else logging.ERROR, "audit of messages: %s", run.audit)
+    run.rows_after = table_rows(spark, settings.warehouse)
+    return run

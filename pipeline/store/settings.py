@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from core.config import Config, ConfigError
 from core.settings import KafkaSettings, WarehouseSettings
+from pipeline.spark.metrics import JobMetricsSettings
 from pipeline.store.validation import Limits
 
 
@@ -22,6 +23,7 @@ class StoreJobSettings:
     # Copies of one message whose receive times are at most this far apart are stored once.
     dedup_window_s: float = 120.0
     rows_per_file: int = 250_000
+    metrics: JobMetricsSettings | None = None  # [job_metrics]
 
     @classmethod
     def from_config(cls, config: Config) -> "StoreJobSettings":
@@ -33,7 +35,8 @@ class StoreJobSettings:
                 raise ConfigError(f"store.{key}: expected a positive value, got {s[key]}")
         return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
                    config.get("topics.messages"), Limits.from_config(config), s["trigger_seconds"],
-                   s["max_offsets_per_trigger"], s["starting_offsets"], s["dedup_window_s"], s["rows_per_file"])
+                   s["max_offsets_per_trigger"], s["starting_offsets"], s["dedup_window_s"], s["rows_per_file"],
+                   JobMetricsSettings.from_config(config, "store"))
 
 
 @dataclass(frozen=True)
@@ -45,10 +48,11 @@ class MaintainSettings:
     vacuum_retain_hours: float = 24.0
     compact_days: int = 2
     optimize_target_file_bytes: int = 134_217_728
+    metrics: JobMetricsSettings | None = None  # [job_metrics]
 
     @classmethod
     def from_config(cls, config: Config) -> "MaintainSettings":
         s = config["store"]
         return cls(WarehouseSettings.from_config(config), Limits.from_config(config), s["retention_days"],
                    s["retention_max_messages"], s["vacuum_retain_hours"], s["compact_days"],
-                   s["optimize_target_file_bytes"])
+                   s["optimize_target_file_bytes"], JobMetricsSettings.from_config(config, "maintain"))

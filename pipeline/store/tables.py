@@ -17,6 +17,7 @@ from pyspark.sql import types as T
 from core.settings import WarehouseSettings
 from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES
 from pipeline.spark.delta import ensure_table
+from pipeline.spark.metrics import ensure_job_metrics_table
 
 _SPARK_TYPES = {"double": T.DoubleType(), "binary": T.BinaryType(), "string": T.StringType(),
                 "long": T.LongType(), "int": T.IntegerType(), "timestamp": T.TimestampType()}
@@ -35,25 +36,9 @@ QUARANTINE_SCHEMA = T.StructType([
     T.StructField("quarantined_at", T.TimestampType(), True),
 ])
 
-JOB_METRICS_SCHEMA = T.StructType([
-    T.StructField("job", T.StringType(), False),
-    T.StructField("query_id", T.StringType(), True),
-    T.StructField("batch_id", T.LongType(), False),
-    T.StructField("batch_time", T.TimestampType(), False),
-    T.StructField("duration_s", T.DoubleType(), True),
-    T.StructField("input_rows", T.LongType(), True),
-    T.StructField("stored_rows", T.LongType(), True),
-    T.StructField("duplicate_rows", T.LongType(), True),
-    T.StructField("ephemeral_rows", T.LongType(), True),
-    T.StructField("quarantined_rows", T.LongType(), True),
-    T.StructField("rule_failures", T.MapType(T.StringType(), T.LongType()), True),
-    T.StructField("phase_seconds", T.MapType(T.StringType(), T.DoubleType()), True),
-    T.StructField("progress_json", T.StringType(), True),
-])
-
 
 def ensure_store_tables(spark: SparkSession, warehouse: WarehouseSettings) -> None:
     ensure_table(spark, warehouse.table_path("messages"), MESSAGES_SCHEMA, list(MESSAGES_PARTITION_BY),
                  MESSAGES_PROPERTIES)
     ensure_table(spark, warehouse.table_path("quarantine"), QUARANTINE_SCHEMA)
-    ensure_table(spark, warehouse.table_path("job_metrics"), JOB_METRICS_SCHEMA)
+    ensure_job_metrics_table(spark, warehouse.table_path("job_metrics"))

@@ -8,14 +8,17 @@ Exactly once, across crashes and restarts at any point, without relying on the c
   - `messages`: de-duplication by message hash, within the batch (earliest receive wins) and
     against the table with a left anti-join restricted to receive times near the batch's (file
     skipping keeps it to the files of those minutes). A record re-produced to Kafka at any later
-    time carries its original receive time, so it is always caught; copies of a message from
-    different bridges are caught when their receive times are within `store.dedup_window_s`.
+    time carries its original receive time, so it is always caught; copies of a timestamped
+    message from different bridges are received within `limits.max_clock_skew_s` of its
+    timestamp (else refused), so within `store.dedup_window_s` of each other; copies of a
+    message without timestamp are checked against every stored row without one, however old.
   - `quarantine`: anti-join on the Kafka coordinates (topic, partition, offset).
   Delta's txnAppId/txnVersion options would also make re-runs idempotent, but measured here
   they triple the cost of every commit (docs/store-layout.md), and they would wrongly skip the
   batches of a reset checkpoint whose batch ids restart at 0.
-- `job_metrics` is at least once: a batch re-run after a crash may record a second row for the
-  same (query_id, batch_id); readers take the last.
+- `job_metrics`: the batch's figures (`figures(stats)`) go to the job's metrics listener
+  (pipeline/spark/metrics.py), which merges them with the query's progress once the batch has
+  committed and appends the row to Delta `job_metrics` (at most once per batch).
 """
 from __future__ import annotations
 
@@ -29,9 +32,10 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from pipeline.spark.metrics import BatchFigures
 from pipeline.spark.records import decode_ingest_records
 from pipeline.store.settings import StoreJobSettings
-from pipeline.store.tables import JOB_METRICS_SCHEMA, MESSAGES_SCHEMA, QUARANTINE_SCHEMA
+from pipeline.store.tables import MESSAGES_SCHEMA, QUARANTINE_SCHEMA
 from pipeline.store.validation import with_rejection_reason
 
 log = logging.getLogger("waku.store")
@@ -102,7 +106,7 @@ def first_copies(valid: DataFrame, existing_hashes: DataFrame) -> DataFrame:
     return valid.join(F.broadcast(winners), ["kafka_partition", "kafka_offset"], "left_semi")
 
 
-def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings, query_id: str) -> BatchStats:
+def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings) -> BatchStats:
     """Process one micro-batch of waku.messages rows; returns what happened to its rows."""
     spark = batch.sparkSession
     began = time.monotonic()
@@ -114,10 +118,12 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings, que
     try:
         stats = BatchStats(rule_failures={})
         buckets: list[int] = []
+        untimed = 0  # valid rows without a sender timestamp
         with stats.phase("validate"):
             summary = (checked.groupBy("reason", "ephemeral")
                        .agg(F.count(F.lit(1)).alias("n"),
-                            F.collect_set(F.floor(F.col("received_time") / BUCKET_S).cast("bigint")).alias("b"))
+                            F.collect_set(F.floor(F.col("received_time") / BUCKET_S).cast("bigint")).alias("b"),
+                            F.count(F.when(F.coalesce(F.col("timestamp"), F.lit(0)) == 0, 1)).alias("untimed"))
                        .collect())
         for row in summary:
             stats.input_rows += row.n
@@ -129,12 +135,21 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings, que
             else:
                 stats.valid_rows += row.n
                 buckets += list(row.b)
+                untimed += row.untimed
 
         if stats.valid_rows:
             valid = checked.where(F.col("reason").isNull() & ~F.col("ephemeral"))
             ranges = received_time_ranges(buckets, settings.dedup_window_s)
+            near = _in_ranges(F.col("received_time"), ranges)
+            if untimed:
+                # Each hash once across the whole table: a copy of a timestamped message is
+                # received within max_clock_skew_s of its timestamp (else refused), so within the
+                # window of the first copy; a message without timestamp can come again any time,
+                # so it is checked against every stored untimed row (file statistics skip files
+                # without any: nullCount and min/max of `timestamp`).
+                near = near | F.col("timestamp").isNull() | (F.col("timestamp") == 0)
             existing = (spark.read.format("delta").load(tables.table_path("messages"))
-                        .where(_in_ranges(F.col("received_time"), ranges))
+                        .where(near)
                         .select("message_hash"))
             new = (first_copies(valid, existing)
                    .withColumn("received_date", _received_date(F.col("received_time"))))
@@ -158,9 +173,6 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings, que
                  .withColumn("quarantined_at", F.current_timestamp())
                  .select(*QUARANTINE_COLUMNS)
                  .write.format("delta").mode("append").save(tables.table_path("quarantine")))
-        with stats.phase("write_metrics"):
-            write_metrics(spark, tables.table_path("job_metrics"), "store", query_id, batch_id, stats,
-                          time.monotonic() - began)
         if stats.quarantined_rows:
             log.warning("batch %d: quarantined %d records: %s", batch_id, stats.quarantined_rows,
                         stats.rule_failures)
@@ -173,13 +185,9 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings, que
         checked.unpersist()
 
 
-def write_metrics(spark, path: str, job: str, query_id: str, batch_id: int, stats: BatchStats,
-                  duration_s: float) -> None:
-    """One row per micro-batch into Delta `job_metrics`."""
-    import datetime as dt
-
-    row = (job, query_id, batch_id, dt.datetime.now(dt.timezone.utc).replace(tzinfo=None), duration_s,
-           stats.input_rows, stats.stored_rows, stats.duplicate_rows, stats.ephemeral_rows,
-           stats.quarantined_rows, stats.rule_failures or {}, stats.phase_seconds, None)
-    (spark.createDataFrame([row], JOB_METRICS_SCHEMA).write.format("delta").mode("append")
-     .save(path))
+def figures(stats: BatchStats) -> BatchFigures:
+    """The store's figures of a batch for its job_metrics row and Prometheus series."""
+    return BatchFigures(output_rows=stats.stored_rows, stored_rows=stats.stored_rows,
+                        duplicate_rows=stats.duplicate_rows, ephemeral_rows=stats.ephemeral_rows,
+                        quarantined_rows=stats.quarantined_rows, rule_failures=dict(stats.rule_failures or {}),
+                        phase_seconds={f"store.{k}": v for k, v in stats.phase_seconds.items()})

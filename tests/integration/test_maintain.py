@@ -36,7 +36,7 @@ def test_retention_by_age_and_capacity(spark, tmp_path):
     gen = LoadGenerator(LoadProfile(duplicate_share=0, ephemeral_share=0, invalid_share=0, seed=3))
     ages = [5 * DAY, 3 * DAY, 1.5 * DAY, 0.5 * DAY, 60.0]
     for i, age in enumerate(ages):
-        write_batch(kafka_like(spark, [gen.next(now - age + j) for j in range(50)]), i, StoreJobSettings.from_config(cfg), "q")
+        write_batch(kafka_like(spark, [gen.next(now - age + j) for j in range(50)]), i, StoreJobSettings.from_config(cfg))
     table = lambda: spark.read.format("delta").load(cfg.table_path("messages"))  # noqa: E731
     assert table().count() == 250
     report = apply_retention(spark, MaintainSettings.from_config(cfg), now=now)
@@ -60,7 +60,7 @@ def test_compaction_keeps_content_and_order_and_vacuum_runs(spark, tmp_path):
     gen = LoadGenerator(LoadProfile(duplicate_share=0, ephemeral_share=0, invalid_share=0, seed=4,
                                     payload_bytes=1024))
     for i in range(6):
-        write_batch(kafka_like(spark, gen.batch(40)), i, StoreJobSettings.from_config(cfg), "q")
+        write_batch(kafka_like(spark, gen.batch(40)), i, StoreJobSettings.from_config(cfg))
     before = sorted(bytes(r.message_hash) for r in spark.read.format("delta").load(cfg.table_path("messages")).collect())
     report = compact(spark, MaintainSettings.from_config(cfg))
     assert 1 < report.files_after < report.files_before
@@ -103,7 +103,7 @@ def test_audit_with_great_expectations(spark, tmp_path):
     cfg = load_config([f"warehouse.root={tmp_path}/wh"])
     ensure_store_tables(spark, WarehouseSettings.from_config(cfg))
     gen = LoadGenerator(LoadProfile(seed=8))
-    write_batch(kafka_like(spark, gen.batch(200)), 0, StoreJobSettings.from_config(cfg), "q")
+    write_batch(kafka_like(spark, gen.batch(200)), 0, StoreJobSettings.from_config(cfg))
     table = spark.read.format("delta").load(cfg.table_path("messages"))
     assert audit(table, Limits.from_config(cfg)) == {"success": True, "failures": {}}
     # A table that bypassed the store job: a duplicated hash and an empty content topic.

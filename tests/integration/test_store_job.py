@@ -11,6 +11,7 @@ import pytest
 from core.kafka import ensure_topics
 
 from core.config import load_config
+from pipeline.spark.metrics import JobMetrics
 from pipeline.store.job import start_store_query
 from pipeline.store.settings import StoreJobSettings
 from schemas import pipeline_records_pb2 as pr
@@ -33,8 +34,8 @@ def job_config(kafka: str, topic: str, tmp_path, **extra):
     return load_config([f"{k}={v}" for k, v in sets.items()])
 
 
-def run_available_now(spark, cfg) -> None:
-    q = start_store_query(spark, StoreJobSettings.from_config(cfg), available_now=True)
+def run_available_now(spark, cfg, metrics=None) -> None:
+    q = start_store_query(spark, StoreJobSettings.from_config(cfg), available_now=True, metrics=metrics)
     q.awaitTermination(600)
     assert q.exception() is None, q.exception()
 
@@ -71,8 +72,12 @@ def test_store_job_stores_exactly_the_valid_messages_once(spark, kafka, tmp_path
                                     invalid_share=0.08, payload_bytes=None, seed=5))
     records = gen.batch(3000)
     produce(kafka, topic, records)
-    cfg = job_config(kafka, topic, tmp_path)
-    run_available_now(spark, cfg)
+    cfg = job_config(kafka, topic, tmp_path, **{"job_metrics.store_port": 0})
+    metrics = JobMetrics(spark, StoreJobSettings.from_config(cfg).metrics).start()
+    try:
+        run_available_now(spark, cfg, metrics)
+    finally:
+        metrics.stop()  # flushes the rows of every batch into job_metrics
     assert gen.truth.duplicates > 100 and gen.truth.ephemeral > 50
     assert {reason for reason, _ in gen.truth.quarantined} == {
         "undecodable", "missing_message", "empty_pubsub_topic", "empty_content_topic",
@@ -90,6 +95,7 @@ def test_store_job_stores_exactly_the_valid_messages_once(spark, kafka, tmp_path
     for reason, _ in gen.truth.quarantined:
         expected[reason] = expected.get(reason, 0) + 1
     assert failures == expected
+    assert all(m.job == "store" and m.progress_json for m in metrics)
 
 
 def test_stop_at_random_point_restart_and_reproduce_slice(spark, kafka, tmp_path):

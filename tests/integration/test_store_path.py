@@ -135,6 +135,7 @@ def test_spark_submit_runs_the_store_job(kafka, config, tmp_path):
         "kafka.bootstrap_servers": kafka, "topics.messages": topic,
         "warehouse.root": str(tmp_path / "wh"), "warehouse.checkpoints": str(tmp_path / "cp"),
         "spark.master": "local[1]",
+        "job_metrics.store_port": "0",  # any free port: other jobs may run on this machine
     }
     args = ["./spark-submit.sh", "store", "--available-now", "--conf", "spark.ui.enabled=false"]
     for k, v in sets.items():
@@ -145,3 +146,6 @@ def test_spark_submit_runs_the_store_job(kafka, config, tmp_path):
 
     table = DeltaTable(str(tmp_path / "wh" / "messages")).to_pyarrow_table()
     assert sorted(table.column("received_time").to_pylist()) == [1_700_000_000.25 + i for i in range(5)]
+    # The job's metrics listener recorded its batches.
+    metrics = DeltaTable(str(tmp_path / "wh" / "job_metrics")).to_pyarrow_table().to_pylist()
+    assert sum(r["input_rows"] for r in metrics if r["job"] == "store") == 5

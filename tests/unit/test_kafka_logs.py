@@ -33,3 +33,14 @@ def test_a_lost_broker_logs_one_line_per_logger_a_minute():
     assert lines == ["Connection lost: KafkaConnectionError (ConnectionResetError)",
                      "our own line is never limited",
                      "Connection lost again [99 similar lines not shown]"]
+
+
+def test_the_bridge_imports_kafka_python_before_any_thread():
+    """kafka-python imported for the first time from two threads at once fails ("partially
+    initialized module 'kafka.record'"): the bridge exited 1 at start when its store tail and
+    its producer raced (found by tests/benchmarks/faults.py). Importing the bridge imports it."""
+    import subprocess
+    import sys
+
+    code = "import sys, ingest.node; assert 'kafka.record' in sys.modules and 'kafka.errors' in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

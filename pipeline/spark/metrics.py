@@ -1,0 +1,431 @@
+"""Job metrics of every Spark job: a StreamingQueryListener on the driver turns each query
+progress (merged with the job's own figures for that batch) into a row of Delta `job_metrics`
+and into Prometheus series `waku_job_*` served by an exporter on the driver.
+
+    metrics = JobMetrics(spark, settings.metrics).start()   # listener, exporter, Delta writer
+    metrics.watch("store")                                  # a query name, before the query starts
+    ...                                                     # the job adds its figures per batch:
+    metrics.add_figures("store", batch_id, BatchFigures(stored_rows=..., rule_failures=...))
+    metrics.stop()                                          # flushes what is gathered
+
+* The listener only records queries it watches (by name), so several jobs can share a session
+  (tests) and each writes its own rows.
+* Listener callbacks run on Spark's listener bus; they only update Prometheus and queue a row.
+  A writer thread appends the queued rows to Delta every `write_interval_s` (one commit for all
+  of them) with Spark, retrying concurrent-commit conflicts. `flush()` waits for the listener bus
+  to deliver what has been posted, then writes at once.
+* Rows are at most once per batch: a driver that dies between a batch's commit and the next
+  write loses those rows (they are observations; the data tables are exactly once).
+* Kafka lag per topic-partition is the source's `latestOffset` (what the broker held when the
+  batch was planned) minus the batch's `endOffset` (what it read up to).
+* The contract (columns, partitioning, names) is core/job_metrics.py.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import queue
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+from pyspark.sql.streaming import StreamingQueryListener
+
+from core.config import Config, ConfigError
+from core.job_metrics import JOB_METRICS_COLUMNS, JOB_METRICS_PARTITION_BY, JOBS, METRIC_PREFIX
+from core.settings import WarehouseSettings
+from pipeline.spark.delta import ensure_table, retry_conflicts
+
+log = logging.getLogger("waku.metrics")
+
+_TYPES: dict[str, T.DataType] = {
+    "string": T.StringType(), "long": T.LongType(), "double": T.DoubleType(), "timestamp": T.TimestampType(),
+    "map<string,long>": T.MapType(T.StringType(), T.LongType()),
+    "map<string,double>": T.MapType(T.StringType(), T.DoubleType()),
+}
+JOB_METRICS_SCHEMA = T.StructType([T.StructField(n, _TYPES[t], nullable) for n, t, nullable in JOB_METRICS_COLUMNS])
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
+
+
+@dataclass(frozen=True)
+class JobMetricsSettings:
+    job: str
+    table: str                      # the Delta job_metrics table
+    host: str = "127.0.0.1"
+    port: int = -1                  # Prometheus endpoint of this driver (0: any free port; -1: off)
+    write_interval_s: float = 10.0
+    retention_days: float = 30.0    # maintain deletes older rows (whole days)
+
+    @classmethod
+    def from_config(cls, config: Config, job: str) -> "JobMetricsSettings":
+        if job not in JOBS:
+            raise ConfigError(f"job_metrics: unknown job {job!r} (one of {', '.join(JOBS)})")
+        m = config["job_metrics"]
+        port = m[f"{job}_port"]
+        if not -1 <= port <= 65535:
+            raise ConfigError(f"job_metrics.{job}_port: expected a port, 0 (any) or -1 (off), got {port}")
+        if m["write_interval_s"] <= 0:
+            raise ConfigError(f"job_metrics.write_interval_s: expected a positive value, got {m['write_interval_s']}")
+        return cls(job, WarehouseSettings.from_config(config).table_path("job_metrics"), m["host"], port,
+                   m["write_interval_s"], m["retention_days"])
+
+
+def ensure_job_metrics_table(spark: SparkSession, path: str) -> None:
+    """Create job_metrics, or bring a table of an earlier release (unpartitioned, fewer columns)
+    to the contract: its rows are rewritten partitioned by (job, day), new columns null."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        ensure_table(spark, path, JOB_METRICS_SCHEMA, list(JOB_METRICS_PARTITION_BY))
+        return
+
+    def migrate() -> None:
+        from pyspark.sql import functions as F
+
+        if list(DeltaTable.forPath(spark, path).detail().first().partitionColumns) == list(JOB_METRICS_PARTITION_BY):
+            return
+        old = spark.read.format("delta").load(path)
+        if "day" not in old.columns:
+            old = old.withColumn("day", F.date_format("batch_time", "yyyy-MM-dd"))
+        cols = [F.col(f.name).cast(f.dataType) if f.name in old.columns else F.lit(None).cast(f.dataType).alias(f.name)
+                for f in JOB_METRICS_SCHEMA.fields]
+        (old.select(*cols).write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+         .partitionBy(*JOB_METRICS_PARTITION_BY).save(path))
+        log.info("job_metrics at %s rewritten partitioned by %s", path, ", ".join(JOB_METRICS_PARTITION_BY))
+
+    retry_conflicts("migrate job_metrics", migrate)
+
+
+@dataclass
+class BatchFigures:
+    """What a job knows of one batch beyond Spark's progress (all optional)."""
+    output_rows: int | None = None
+    stored_rows: int | None = None
+    duplicate_rows: int | None = None
+    ephemeral_rows: int | None = None
+    quarantined_rows: int | None = None
+    rule_failures: dict[str, int] | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def kafka_lag(sources: list[Mapping[str, Any]]) -> dict[str, int]:
+    """"<topic>/<partition>" -> latestOffset - endOffset of every Kafka source of a progress."""
+    lag: dict[str, int] = {}
+    for source in sources:
+        if "kafka" not in str(source.get("description", "")).lower():
+            continue
+        try:
+            latest = _offsets(source.get("latestOffset"))
+            end = _offsets(source.get("endOffset"))
+        except (TypeError, ValueError):
+            continue
+        for topic, partitions in latest.items():
+            for partition, offset in partitions.items():
+                done = end.get(topic, {}).get(partition)
+                if done is not None and offset >= 0 and done >= 0:
+                    lag[f"{topic}/{partition}"] = lag.get(f"{topic}/{partition}", 0) + max(0, int(offset) - int(done))
+    return lag
+
+
+def _offsets(value: Any) -> dict[str, dict[str, int]]:
+    if value is None:
+        return {}
+    data = json.loads(value) if isinstance(value, str) else value
+    return {t: {str(p): int(o) for p, o in parts.items()} for t, parts in (data or {}).items()
+            if isinstance(parts, dict)}
+
+
+def progress_row(job: str, progress: Mapping[str, Any], figures: BatchFigures | None, progress_json: str | None) -> dict[str, Any]:
+    """A job_metrics row from a progress (as the dict of its JSON) and the job's figures."""
+    f = figures or BatchFigures()
+    when = _timestamp(progress.get("timestamp"))
+    phases = {k: round(v / 1000.0, 3) for k, v in (progress.get("durationMs") or {}).items()}
+    phases.update(f.phase_seconds)
+    lag = kafka_lag(progress.get("sources") or [])
+    states = progress.get("stateOperators") or []
+    sink_rows = (progress.get("sink") or {}).get("numOutputRows")
+    output = f.output_rows if f.output_rows is not None else (sink_rows if sink_rows is not None and sink_rows >= 0 else None)
+    return {
+        "job": job, "day": when.strftime("%Y-%m-%d"), "query_name": progress.get("name"),
+        "query_id": str(progress.get("id")), "run_id": str(progress.get("runId")),
+        "batch_id": int(progress.get("batchId", -1)), "batch_time": when,
+        "duration_s": (progress.get("batchDuration") or 0) / 1000.0,
+        "input_rows": int(progress.get("numInputRows") or 0),
+        "input_rows_per_s": _finite(progress.get("inputRowsPerSecond")),
+        "processed_rows_per_s": _finite(progress.get("processedRowsPerSecond")),
+        "output_rows": output, "stored_rows": f.stored_rows, "duplicate_rows": f.duplicate_rows,
+        "ephemeral_rows": f.ephemeral_rows, "quarantined_rows": f.quarantined_rows,
+        "rule_failures": f.rule_failures, "counts": f.counts or None, "phase_seconds": phases,
+        "kafka_lag": lag or None, "kafka_lag_total": sum(lag.values()) if lag else None,
+        "state_rows": sum(int(s.get("numRowsTotal") or 0) for s in states) if states else None,
+        "state_memory_bytes": sum(int(s.get("memoryUsedBytes") or 0) for s in states) if states else None,
+        "progress_json": progress_json,
+    }
+
+
+def _finite(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if x == x and x not in (float("inf"), float("-inf")) else None
+
+
+def _timestamp(text: Any) -> dt.datetime:
+    """A progress timestamp ("2026-11-23T13:40:00.123Z") as an aware UTC datetime (Spark
+    converts aware datetimes exactly, whatever the Python process's local zone)."""
+    try:
+        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).astimezone(dt.timezone.utc)
+    except ValueError:
+        return dt.datetime.now(dt.timezone.utc)
+
+
+class JobExporter:
+    """The `waku_job_*` series of one driver (own registry, like the bridge's)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = r = registry or CollectorRegistry()
+        q = ["job", "query"]
+        p = METRIC_PREFIX
+        self.batches = Counter(f"{p}batches", "Micro-batches (runs, for maintain) completed", q, registry=r)
+        self.input_rows = Counter(f"{p}input_rows", "Rows read by the job's batches", q, registry=r)
+        self.output_rows = Counter(f"{p}output_rows", "Rows written by the job's batches (store: stored; filter: push records)", q, registry=r)
+        self.stored_rows = Counter(f"{p}stored_rows", "Messages appended to Delta messages", q, registry=r)
+        self.duplicate_rows = Counter(f"{p}duplicate_rows", "Valid messages not stored again (already stored)", q, registry=r)
+        self.ephemeral_rows = Counter(f"{p}ephemeral_rows", "Ephemeral messages (never stored)", q, registry=r)
+        self.quarantined_rows = Counter(f"{p}quarantined_rows", "Records refused into Delta quarantine", q, registry=r)
+        self.rule_failures = Counter(f"{p}rule_failures", "Records refused, by validation rule", q + ["rule"], registry=r)
+        self.figures = Counter(f"{p}figures", "Other counts of a job's batches (subscription events, push records, deleted rows, ...)",
+                               q + ["figure"], registry=r)
+        self.input_rate = Gauge(f"{p}input_rows_per_second", "Rows arriving per second (last batch)", q, registry=r)
+        self.processed_rate = Gauge(f"{p}processed_rows_per_second", "Rows processed per second (last batch)", q, registry=r)
+        self.batch_seconds = Histogram(f"{p}batch_duration_seconds", "Wall time of a batch", q, buckets=DURATION_BUCKETS, registry=r)
+        self.phase_seconds = Gauge(f"{p}phase_seconds", "Time of the last batch by phase (progress durationMs and the job's own phases)",
+                                   q + ["phase"], registry=r)
+        self.lag = Gauge(f"{p}kafka_lag", "Records in Kafka not yet read (latest offset minus the last batch's end offset)",
+                         q + ["topic", "partition"], registry=r)
+        self.state_rows = Gauge(f"{p}state_rows", "Rows in the query's state stores", q, registry=r)
+        self.state_memory = Gauge(f"{p}state_memory_bytes", "Memory used by the query's state stores", q, registry=r)
+        self.last_batch = Gauge(f"{p}last_batch_id", "Id of the last completed batch", q, registry=r)
+        self.last_progress = Gauge(f"{p}last_progress_timestamp_seconds", "Unix time of the last completed batch", q, registry=r)
+        self.active = Gauge(f"{p}query_active", "1 while the query runs", q, registry=r)
+        self.failures = Counter(f"{p}query_failures", "Queries terminated by an exception", q, registry=r)
+
+    def record(self, row: Mapping[str, Any]) -> None:
+        labels = (row["job"], row.get("query_name") or row["job"])
+        self.batches.labels(*labels).inc()
+        self.input_rows.labels(*labels).inc(row.get("input_rows") or 0)
+        for metric, key in ((self.output_rows, "output_rows"), (self.stored_rows, "stored_rows"),
+                            (self.duplicate_rows, "duplicate_rows"), (self.ephemeral_rows, "ephemeral_rows"),
+                            (self.quarantined_rows, "quarantined_rows")):
+            if row.get(key) is not None:
+                metric.labels(*labels).inc(max(0, row[key]))
+        for rule, n in (row.get("rule_failures") or {}).items():
+            self.rule_failures.labels(*labels, rule).inc(n)
+        for name, n in (row.get("counts") or {}).items():
+            self.figures.labels(*labels, name).inc(max(0, n))
+        for gauge, key in ((self.input_rate, "input_rows_per_s"), (self.processed_rate, "processed_rows_per_s"),
+                           (self.state_rows, "state_rows"), (self.state_memory, "state_memory_bytes")):
+            if row.get(key) is not None:
+                gauge.labels(*labels).set(row[key])
+        if row.get("duration_s") is not None:
+            self.batch_seconds.labels(*labels).observe(row["duration_s"])
+        for phase, s in (row.get("phase_seconds") or {}).items():
+            self.phase_seconds.labels(*labels, phase).set(s)
+        for tp, n in (row.get("kafka_lag") or {}).items():
+            topic, _, partition = tp.rpartition("/")
+            self.lag.labels(*labels, topic, partition).set(n)
+        self.last_batch.labels(*labels).set(row.get("batch_id", 0))
+        self.last_progress.labels(*labels).set(row["batch_time"].timestamp())
+
+    def serve(self, host: str, port: int) -> tuple[Any, int]:
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return server, server.server_address[1]
+
+
+class _Listener(StreamingQueryListener):
+    def __init__(self, owner: "JobMetrics") -> None:
+        self.owner = owner
+
+    def onQueryStarted(self, event) -> None:  # noqa: N802 - pyspark's names
+        self.owner._started(event)
+
+    def onQueryProgress(self, event) -> None:  # noqa: N802
+        self.owner._progress(event.progress)
+
+    def onQueryIdle(self, event) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event) -> None:  # noqa: N802
+        self.owner._terminated(event)
+
+
+class JobMetrics:
+    """One job's metrics on its driver: the listener, the exporter and the Delta writer."""
+
+    def __init__(self, spark: SparkSession, settings: JobMetricsSettings, registry: CollectorRegistry | None = None) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.exporter = JobExporter(registry)
+        self.port: int | None = None
+        self._lock = threading.Lock()
+        self._names: set[str] = set()
+        self._runs: dict[str, str] = {}                  # run id -> query name
+        self._figures: dict[tuple[str, int], BatchFigures] = {}
+        self._rows: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._write_lock = threading.Lock()
+        self._listener = _Listener(self)
+        self._server: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.rows_written = 0
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        return self.exporter.registry
+
+    def start(self) -> "JobMetrics":
+        ensure_job_metrics_table(self.spark, self.settings.table)
+        if self.settings.port >= 0:  # OSError when the port is taken
+            self._server, self.port = self.exporter.serve(self.settings.host, self.settings.port)
+            log.info("job metrics of %s on http://%s:%d/metrics", self.settings.job, self.settings.host, self.port)
+        self.spark.streams.addListener(self._listener)
+        self._thread = threading.Thread(target=self._write_loop, name=f"job-metrics-{self.settings.job}", daemon=True)
+        self._thread.start()
+        return self
+
+    def watch(self, query_name: str) -> None:
+        """Record the query of this name (call before it starts)."""
+        with self._lock:
+            self._names.add(query_name)
+
+    def add_figures(self, query_name: str, batch_id: int, figures: BatchFigures) -> None:
+        """The job's own figures of a batch, merged into that batch's row when its progress arrives."""
+        with self._lock:
+            self._figures[(query_name, batch_id)] = figures
+
+    def record(self, row: dict[str, Any]) -> None:
+        """A row not from a streaming progress (the maintain job's run)."""
+        self.exporter.record(row)
+        self._rows.put(row)
+
+    # listener side (Spark's listener bus): never raise into Spark
+    def _started(self, event) -> None:
+        try:
+            with self._lock:
+                if event.name in self._names:
+                    self._runs[str(event.runId)] = event.name
+                    self.exporter.active.labels(self.settings.job, event.name).set(1)
+        except Exception:  # noqa: BLE001
+            log.exception("job metrics: query start")
+
+    def _progress(self, progress) -> None:
+        try:
+            with self._lock:
+                name = self._runs.get(str(progress.runId))
+                if name is None:
+                    return
+                figures = self._figures.pop((name, progress.batchId), None)
+                # figures of batches whose progress never came (a failed attempt) are dropped
+                for key in [k for k in self._figures if k[0] == name and k[1] < progress.batchId]:
+                    del self._figures[key]
+            text = progress.json
+            row = progress_row(self.settings.job, json.loads(text), figures, text)
+            self.exporter.record(row)
+            self._rows.put(row)
+        except Exception:  # noqa: BLE001
+            log.exception("job metrics: query progress")
+
+    def _terminated(self, event) -> None:
+        try:
+            with self._lock:
+                name = self._runs.pop(str(event.runId), None)
+            if name is not None:
+                self.exporter.active.labels(self.settings.job, name).set(0)
+                if event.exception:
+                    self.exporter.failures.labels(self.settings.job, name).inc()
+        except Exception:  # noqa: BLE001
+            log.exception("job metrics: query end")
+
+    # writer side
+    def _write_loop(self) -> None:
+        while not self._stop.wait(self.settings.write_interval_s):
+            try:
+                self.write_pending()
+            except Exception as exc:  # noqa: BLE001 - the rows stay queued for the next round
+                log.warning("job metrics: append to %s failed: %s", self.settings.table, exc)
+
+    def write_pending(self) -> int:
+        """Append every queued row to Delta job_metrics in one commit; returns how many."""
+        with self._write_lock:
+            rows: list[dict[str, Any]] = []
+            while True:
+                try:
+                    rows.append(self._rows.get_nowait())
+                except queue.Empty:
+                    break
+            if not rows:
+                return 0
+            try:
+                df = self.spark.createDataFrame([tuple(r.get(f.name) for f in JOB_METRICS_SCHEMA.fields) for r in rows],
+                                                JOB_METRICS_SCHEMA)
+                retry_conflicts("append job_metrics",
+                                lambda: df.write.format("delta").mode("append").option("mergeSchema", "true")
+                                .save(self.settings.table))
+            except Exception:
+                for r in rows:
+                    self._rows.put(r)
+                raise
+            self.rows_written += len(rows)
+            return len(rows)
+
+    def flush(self, timeout_s: float = 60.0) -> int:
+        """Deliver every event Spark has posted so far, then write the queued rows now."""
+        try:
+            self.spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(int(timeout_s * 1000))
+        except Exception as exc:  # noqa: BLE001 - a timeout: write what arrived
+            log.warning("job metrics: listener bus not drained: %s", exc)
+        return self.write_pending()
+
+    def stop(self) -> None:
+        """Flush, then remove the listener and stop the exporter and the writer."""
+        self._stop.set()
+        try:
+            self.flush()
+        except Exception as exc:  # noqa: BLE001 - stopping anyway
+            log.warning("job metrics: last append failed: %s", exc)
+        try:
+            self.spark.streams.removeListener(self._listener)
+        except Exception:  # noqa: BLE001
+            pass
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(5)
+
+
+def run_row(job: str, run_id: str, began: float, ended: float, *, input_rows: int | None = None,
+            output_rows: int | None = None, figures: BatchFigures | None = None,
+            report: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A job_metrics row for one run of a batch job (maintain)."""
+    f = figures or BatchFigures()
+    when = dt.datetime.fromtimestamp(began, dt.timezone.utc)
+    duration = max(ended - began, 1e-9)
+    return {
+        "job": job, "day": when.strftime("%Y-%m-%d"), "query_name": job, "query_id": run_id, "run_id": run_id,
+        "batch_id": 0, "batch_time": when, "duration_s": round(ended - began, 3), "input_rows": input_rows,
+        "input_rows_per_s": None, "processed_rows_per_s": (input_rows / duration) if input_rows else None,
+        "output_rows": output_rows, "stored_rows": None, "duplicate_rows": None, "ephemeral_rows": None,
+        "quarantined_rows": None, "rule_failures": f.rule_failures, "counts": f.counts or None,
+        "phase_seconds": f.phase_seconds or None, "kafka_lag": None, "kafka_lag_total": None,
+        "state_rows": None, "state_memory_bytes": None,
+        "progress_json": json.dumps(report, default=str) if report is not None else None,
+    }

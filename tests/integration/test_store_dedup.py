@@ -1,0 +1,67 @@
+"""Each message hash once across the whole table, not only within store.dedup_window_s: an
+identical message without a timestamp sent again much later is not stored again; a timestamped
+copy that late is refused by the clock-skew rule, so it cannot be stored twice either."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from kafka import KafkaProducer
+
+from core.config import load_config
+from core.kafka import ensure_topics
+from core.message import hash_of
+from pipeline.store.job import start_store_query
+from pipeline.store.settings import StoreJobSettings
+from schemas import pipeline_records_pb2 as pr
+from schemas.waku_message_pb2 import WakuMessage
+
+pytestmark = pytest.mark.integration
+
+PT = "/waku/2/rs/1/0"
+
+
+def produce(bootstrap: str, topic: str, records: list[pr.IngestRecord]) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for rec in records:
+        producer.send(topic, key=hash_of(rec.pubsub_topic, rec.message), value=rec.SerializeToString())
+    producer.flush()
+    producer.close()
+
+
+def run_once(spark, cfg) -> None:
+    q = start_store_query(spark, StoreJobSettings.from_config(cfg), available_now=True)
+    q.awaitTermination(600)
+    assert q.exception() is None, q.exception()
+
+
+def test_copies_far_apart_are_stored_once(spark, kafka, tmp_path):
+    topic = f"waku.messages.{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka, {topic: 2})
+    cfg = load_config([f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}",
+                       f"warehouse.root={tmp_path / 'wh'}", f"warehouse.checkpoints={tmp_path / 'cp'}",
+                       "store.dedup_window_s=1"], environ={})
+    now = time.time()
+    untimed = WakuMessage(payload=b"no timestamp", content_topic="/dedup/1/a/proto")
+    timed = WakuMessage(payload=b"timestamped", content_topic="/dedup/1/a/proto", timestamp=int((now - 3600) * 1e9))
+    other = WakuMessage(payload=b"other", content_topic="/dedup/1/a/proto", timestamp=int(now * 1e9))
+    produce(kafka, topic, [pr.IngestRecord(pubsub_topic=PT, received_time=now - 3600, message=untimed, bridge_id="A"),
+                           pr.IngestRecord(pubsub_topic=PT, received_time=now - 3600, message=timed, bridge_id="A")])
+    run_once(spark, cfg)
+    # An hour later, from another bridge: the same two messages again, and a new one.
+    produce(kafka, topic, [pr.IngestRecord(pubsub_topic=PT, received_time=now, message=untimed, bridge_id="B"),
+                           pr.IngestRecord(pubsub_topic=PT, received_time=now, message=timed, bridge_id="B"),
+                           pr.IngestRecord(pubsub_topic=PT, received_time=now, message=other, bridge_id="B")])
+    run_once(spark, cfg)
+    rows = spark.read.format("delta").load(cfg.table_path("messages")).select(
+        "message_hash", "bridge_id", "received_time").collect()
+    by_hash = {}
+    for r in rows:
+        by_hash.setdefault(bytes(r.message_hash), []).append((r.bridge_id, r.received_time))
+    assert len(rows) == 3, by_hash
+    assert by_hash[hash_of(PT, untimed)] == [("A", now - 3600)]   # the first copy, kept
+    assert by_hash[hash_of(PT, timed)] == [("A", now - 3600)]
+    assert by_hash[hash_of(PT, other)] == [("B", now)]
+    reasons = [r.reason for r in spark.read.format("delta").load(cfg.table_path("quarantine")).collect()]
+    assert reasons == ["timestamp_skew"] or len(reasons) == 1, reasons  # the late timestamped copy

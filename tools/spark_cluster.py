@@ -1,0 +1,285 @@
+"""A Spark standalone cluster on this machine, from the pip-installed pyspark: one master and N
+workers started with `spark-class` (for tests, and for trying the jobs on a real cluster
+manager before a real deployment; docs/cluster.md).
+
+    python -m tools.spark_cluster start [--workers 2 --cores 1 --memory 1g --port 7077]
+    python -m tools.spark_cluster status
+    ./spark-submit.sh store --master spark://127.0.0.1:7077 --executor-memory 512m
+    python -m tools.spark_cluster stop
+
+From Python (the tests):
+
+    with StandaloneCluster(tmp_path / "spark") as cluster:     # free ports, torn down on exit
+        ... ./spark-submit.sh store --master cluster.url ...
+        cluster.state()                                      # the master's JSON
+
+Every daemon runs in its own process group, so stopping a worker also ends the executors it
+launched. The state (ports, process ids, logs, the workers' work dirs with each executor's
+stdout and stderr) lives in one directory, `var/spark-cluster` by default.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from core.config import REPO_ROOT
+
+DEFAULT_DIR = REPO_ROOT / "var" / "spark-cluster"
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def spark_class() -> str:
+    """`spark-class` of the pip-installed pyspark (or of $SPARK_HOME when set)."""
+    if os.environ.get("SPARK_HOME"):
+        return str(Path(os.environ["SPARK_HOME"]) / "bin" / "spark-class")
+    local = Path(sys.executable).parent / "spark-class"
+    if local.exists():
+        return str(local)
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("pyspark is not installed: run the set-up first (make setup)")
+    return str(Path(list(spec.submodule_search_locations)[0]) / "bin" / "spark-class")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stop_group(pid: int, timeout: float) -> None:
+    """SIGTERM the process group led by `pid` (the daemon and the executors it launched), then
+    SIGKILL what is left after `timeout`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 5.0)
+        while time.monotonic() < deadline:
+            try:
+                os.waitpid(pid, os.WNOHANG)  # reap it when it is our child
+            except ChildProcessError:
+                pass
+            if not _alive(pid):
+                break
+            time.sleep(0.2)
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return  # nothing left in the group
+
+
+@dataclass
+class StandaloneCluster:
+    """A master and `workers` workers on `host`; port 0: a free port."""
+
+    root: Path = DEFAULT_DIR
+    workers: int = 2
+    worker_cores: int = 1
+    worker_memory: str = "1g"
+    host: str = "127.0.0.1"
+    port: int = 0
+    webui_port: int = 0
+    daemon_memory: str = "256m"  # heap of the master and worker daemons (not of executors)
+    pids: dict[str, int] = field(default_factory=dict)
+    worker_webui_ports: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+
+    # -- addresses --------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"spark://{self.host}:{self.port}"
+
+    @property
+    def webui(self) -> str:
+        return f"http://{self.host}:{self.webui_port}"
+
+    def work_dir(self, i: int) -> Path:
+        """Worker i's work dir: <app id>/<executor id>/{stdout,stderr} of every executor it ran."""
+        return self.root / f"worker-{i}" / "work"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({"SPARK_LOCAL_IP": self.host, "SPARK_DAEMON_MEMORY": self.daemon_memory,
+                    "PYSPARK_PYTHON": env.get("PYSPARK_PYTHON", sys.executable),
+                    "SPARK_LOG_DIR": str(self.root / "logs")})
+        return env
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def _launch(self, name: str, args: list[str]) -> None:
+        (self.root / "logs").mkdir(parents=True, exist_ok=True)
+        log = (self.root / "logs" / f"{name}.log").open("ab")
+        proc = subprocess.Popen([spark_class(), *args], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=self.env(), cwd=self.root,
+                                start_new_session=True)
+        log.close()
+        self.pids[name] = proc.pid
+
+    def start(self, timeout: float = 120.0) -> "StandaloneCluster":
+        """Start the master, then the workers; return once every worker is registered ALIVE."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port(self.host)
+        self.webui_port = self.webui_port or free_port(self.host)
+        deadline = time.monotonic() + timeout
+        try:
+            self._launch("master", [MASTER_CLASS, "--host", self.host, "--port", str(self.port),
+                                    "--webui-port", str(self.webui_port)])
+            self._wait(lambda s: s.get("status") == "ALIVE", "the master", deadline)
+            self.worker_webui_ports = []
+            for i in range(self.workers):
+                self.work_dir(i).mkdir(parents=True, exist_ok=True)
+                ui = free_port(self.host)
+                self.worker_webui_ports.append(ui)
+                self._launch(f"worker-{i}", [WORKER_CLASS, "--host", self.host, "--cores", str(self.worker_cores),
+                                             "--memory", self.worker_memory, "--webui-port", str(ui),
+                                             "--work-dir", str(self.work_dir(i)), self.url])
+            self._wait(lambda s: s.get("aliveworkers", 0) >= self.workers, f"{self.workers} workers", deadline)
+        except BaseException:
+            self.stop()
+            raise
+        self.save()
+        return self
+
+    def _wait(self, ok, what: str, deadline: float) -> None:
+        last: object = None
+        while time.monotonic() < deadline:
+            dead = [n for n, pid in self.pids.items() if not _alive(pid)]
+            if dead:
+                raise RuntimeError(f"spark {', '.join(dead)} exited; see {self.root / 'logs'}")
+            try:
+                state = self.state(timeout=2.0)
+                if ok(state):
+                    return
+                last = {k: state.get(k) for k in ("status", "aliveworkers")}
+            except OSError as exc:
+                last = exc
+            time.sleep(0.5)
+        raise TimeoutError(f"waiting for {what} of {self.url}: {last}; see {self.root / 'logs'}")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop the workers (and their executors), then the master."""
+        for name in sorted(self.pids, key=lambda n: n == "master"):
+            _stop_group(self.pids[name], timeout)
+        self.pids = {}
+        state = self.root / "cluster.json"
+        if state.exists():
+            state.unlink()
+
+    def __enter__(self) -> "StandaloneCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- what it reports --------------------------------------------------------------------
+
+    def state(self, timeout: float = 5.0) -> dict:
+        """The master's JSON (http://<host>:<webui>/json): status, workers, active and
+        completed applications."""
+        with urllib.request.urlopen(f"{self.webui}/json", timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def worker_state(self, i: int, timeout: float = 5.0) -> dict:
+        """Worker i's JSON: its executors and finished executors (with their application ids)."""
+        with urllib.request.urlopen(f"http://{self.host}:{self.worker_webui_ports[i]}/json", timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def executor_dirs(self, app_id: str) -> list[Path]:
+        """The executor dirs of an application in the workers' work dirs (one per executor JVM
+        that a worker launched for it)."""
+        return sorted(p for i in range(self.workers) for p in (self.work_dir(i) / app_id).glob("*") if p.is_dir())
+
+    # -- the state file of the command line -------------------------------------------------
+
+    def save(self) -> None:
+        data = asdict(self)
+        data["root"] = str(self.root)
+        (self.root / "cluster.json").write_text(json.dumps(data, indent=2))
+
+    @classmethod
+    def load(cls, root: Path = DEFAULT_DIR) -> "StandaloneCluster":
+        path = Path(root) / "cluster.json"
+        if not path.exists():
+            raise FileNotFoundError(f"no cluster started from {root} (no {path.name})")
+        return cls(**json.loads(path.read_text()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="spark_cluster", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["start", "stop", "status"])
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="state, logs and work dirs")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cores", type=int, default=1, help="cores per worker")
+    parser.add_argument("--memory", default="1g", help="memory per worker (for its executors)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=7077, help="master port (0: any free port)")
+    parser.add_argument("--webui-port", type=int, default=8080, help="master web UI port (0: any free port)")
+    parser.add_argument("--timeout", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    if args.command == "start":
+        if (args.dir / "cluster.json").exists():
+            print(f"error: a cluster is already started from {args.dir} (stop it first)", file=sys.stderr)
+            return 2
+        cluster = StandaloneCluster(args.dir, args.workers, args.cores, args.memory, args.host, args.port,
+                                    args.webui_port)
+        try:
+            cluster.start(args.timeout)
+        except (RuntimeError, TimeoutError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"master {cluster.url}  web UI {cluster.webui}  workers {cluster.workers} x "
+              f"{cluster.worker_cores} core(s) / {cluster.worker_memory}  state {args.dir}")
+        print(f"submit: ./spark-submit.sh <job> --master {cluster.url} --executor-memory 512m")
+        return 0
+    try:
+        cluster = StandaloneCluster.load(args.dir)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "stop":
+        cluster.stop()
+        print(f"stopped {cluster.url}")
+        return 0
+    try:
+        state = cluster.state()
+    except OSError as exc:
+        print(f"{cluster.url}: not answering ({exc})")
+        return 1
+    print(f"{cluster.url} {state.get('status')}: {state.get('aliveworkers')} workers, "
+          f"{state.get('coresused')}/{state.get('cores')} cores used")
+    for app in state.get("activeapps", []):
+        print(f"  running   {app['id']}  {app['name']}  {app.get('cores')} cores")
+    for app in state.get("completedapps", []):
+        print(f"  completed {app['id']}  {app['name']}  {app.get('state')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
