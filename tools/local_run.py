@@ -1,10 +1,11 @@
 """Run the pipeline locally: embedded Kafka (unless external servers are configured), the
-pipeline's topics, the store job through ./spark-submit.sh, the ingest bridge (waku-bridge), a
+pipeline's topics, the store, subscriptions and filter jobs through ./spark-submit.sh (only the
+store job with --store-only), the ingest bridge (waku-bridge), a
 small demo publisher that publishes over Waku relay to the bridge, and the ops dashboard
 (tools/dashboard.py, http://127.0.0.1:8050/), printing what reaches the Delta store. Ctrl-C stops
 everything cleanly.
 
-    python -m tools.local_run [--duration SECONDS] [--demo-rate N] [--no-demo] [--no-dashboard] [--set k=v]
+    python -m tools.local_run [--duration SECONDS] [--demo-rate N] [--no-demo] [--no-dashboard] [--store-only] [--set k=v]
 """
 from __future__ import annotations
 
@@ -55,9 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--demo-rate", type=int, default=5, help="demo messages per second published over relay (default 5)")
     parser.add_argument("--no-demo", action="store_true", help="do not start the demo publisher")
     parser.add_argument("--no-dashboard", action="store_true", help="do not start the ops dashboard")
-    parser.add_argument("--with-filter", action="store_true",
-                        help="also run the subscriptions and filter jobs (three Spark applications: slow on 2 cores)")
+    parser.add_argument("--store-only", action="store_true",
+                        help="run only the store job (default: the store, subscriptions and filter jobs, "
+                             "three Spark applications)")
+    parser.add_argument("--with-filter", action="store_true", help=argparse.SUPPRESS)  # the default now
     args = parser.parse_args(argv)
+    args.with_filter = not args.store_only
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)
     try:

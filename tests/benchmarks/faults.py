@@ -399,6 +399,8 @@ class Run:
             "spark.master=local[1]", "spark.shuffle_partitions=2",
             "store.trigger_seconds=1.0", "filter.subscriptions_trigger_seconds=0.5",
             "topics.messages_partitions=2", "topics.subscriptions_partitions=2", "topics.push_partitions=1",
+            # the jobs' Prometheus endpoints on free ports (not the defaults another run may hold)
+            "job_metrics.store_port=0", "job_metrics.subscriptions_port=0", "job_metrics.filter_port=0",
         ]
 
     def bridge_overrides(self, name: str, port: int) -> list[str]:
