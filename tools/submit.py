@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -20,7 +21,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from core.config import REPO_ROOT, REPO_ROOT_ENV, ConfigError, load_config
+from core.config import REPO_ROOT, REPO_ROOT_ENV, Config, ConfigError, load_config
 from core.spark_conf import SPARK_DEFAULTS, SUBMITTED_ENV, SparkSettings, master_defaults
 
 JOBS_DIR = REPO_ROOT / "jobs"
@@ -115,16 +116,30 @@ def spark_submit_binary() -> str:
     return str(local) if local.exists() else (shutil.which("spark-submit") or "spark-submit")
 
 
+def local_slots_for(job: str, master: str, config: Config, realtime_flag: bool = False) -> str:
+    """The filter job in real-time mode runs one long task per partition of the messages topic,
+    all at once: a local master gets at least that many task slots (threads; they mostly wait on
+    Kafka). Other jobs and masters are unchanged."""
+    if job != "filter" or not (realtime_flag or config.get("filter.trigger") == "realtime"):
+        return master
+    m = re.fullmatch(r"local\[(\d+)\]", master)
+    need = int(config.get("topics.messages_partitions"))
+    if (master == "local" or m) and (1 if master == "local" else int(m.group(1))) < need:
+        return f"local[{need}]"
+    return master
+
+
 def command(job: str, args: list[str]) -> list[str]:
     if job not in jobs():
         raise ConfigError(f"unknown job {job!r}; jobs: {', '.join(jobs())}")
     spark_args, job_args = split_args(args)
     overrides = [job_args[i + 1] for i, a in enumerate(job_args[:-1]) if a == "--set"]
-    spark = SparkSettings.from_config(load_config(overrides, option_value(job_args, "--config")))
+    config = load_config(overrides, option_value(job_args, "--config"))
+    spark = SparkSettings.from_config(config)
     master = option_value(spark_args, "--master")
     cmd = [spark_submit_binary(), "--properties-file", str(SPARK_DEFAULTS)]
     if master is None:
-        master = spark.master
+        master = local_slots_for(job, spark.master, config, "--realtime" in job_args)
         cmd += ["--master", master]
     cmd += ["--jars", ",".join(spark.jars())]
     cmd += ["--conf", f"spark.sql.shuffle.partitions={spark.shuffle_partitions}"]

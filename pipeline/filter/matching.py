@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from core.config import ConfigError
+from pipeline.filter.criteria import prepare_index, register_match, subscribers, warm_up
 from pipeline.filter.settings import FilterJobSettings
 from pipeline.filter.subscriptions import ensure_subscriptions_table
 from pipeline.spark.kafka_io import kafka_options, read_topic_stream
@@ -84,15 +85,47 @@ def message_stream(spark: "SparkSession", settings: FilterJobSettings) -> "DataF
         "pubsub_topic", "content_topic", "message_hash", "raw_value")
 
 
+def resident_matches(messages: "DataFrame", config: str, push_prefix: str) -> "DataFrame":
+    """Decoded ingest records looked up in the resident criteria index (pipeline/filter/criteria.py)
+    -> Kafka sink rows (topic, key, value): one row per (message, live subscriber)."""
+    spark = messages.sparkSession
+    fn = register_push_encoder(spark)
+    register_match(spark)
+    joined = messages.select("message_hash", "raw_value", F.explode(
+        subscribers(F.col("pubsub_topic"), F.col("content_topic"), config)).alias("s"))
+    return joined.select(
+        F.concat(F.lit(push_prefix), F.col("s.bridge_id")).alias("topic"),
+        F.col("s.peer_id").cast("binary").alias("key"),
+        F.call_function(fn, F.col("raw_value"), F.col("s.peer_id"), F.col("message_hash"),
+                        F.col("s.protocol"), F.col("s.request_id")).alias("value"),
+    )
+
+
 def build_filter_stream(spark: "SparkSession", settings: FilterJobSettings) -> "DataFrame":
+    if settings.criteria == "resident":
+        config = prepare_index(spark, settings)
+        warm_up(spark, config)
+        return resident_matches(message_stream(spark, settings), config, settings.push_prefix)
     return matches(message_stream(spark, settings), live_subscriptions(spark, settings),
                    settings.push_prefix, broadcast=settings.trigger == "realtime")
+
+
+def check_task_slots(spark: "SparkSession", settings: FilterJobSettings) -> None:
+    """Real-time mode runs one long task per Kafka partition of the messages topic, all at once."""
+    slots = spark.sparkContext.defaultParallelism
+    if settings.trigger == "realtime" and slots < settings.messages_partitions:
+        raise ConfigError(
+            f"filter.trigger = realtime needs a task slot per partition of {settings.messages_topic} "
+            f"({settings.messages_partitions}), the application has {slots}: use a master with more slots "
+            f"(e.g. --master local[{settings.messages_partitions}]; ./spark-submit.sh filter does this in local "
+            f"mode) or set filter.trigger = microbatch")
 
 
 def start_filter_query(spark: "SparkSession", settings: FilterJobSettings, query_name: str = "filter",
                        checkpoint: str | None = None, metrics: "JobMetrics | None" = None) -> "StreamingQuery":
     """Start the filter query; with `metrics` (started) its progress (output rows = push
     records) goes to Delta job_metrics and Prometheus."""
+    check_task_slots(spark, settings)
     out = build_filter_stream(spark, settings)
     mode = settings.trigger
     # Push records are produced like every record of the pipeline: acks=all, idempotent.
@@ -108,8 +141,8 @@ def start_filter_query(spark: "SparkSession", settings: FilterJobSettings, query
     if metrics is not None:
         metrics.watch(query_name)
     query = writer.start()
-    log.info("filter query started (%s): %s ⋈ %s -> %s<bridge_id>", mode, settings.messages_topic,
-             settings.warehouse.table_path("subscriptions"), settings.push_prefix)
+    log.info("filter query started (%s, %s criteria): %s ⋈ %s -> %s<bridge_id>", mode, settings.criteria,
+             settings.messages_topic, settings.warehouse.table_path("subscriptions"), settings.push_prefix)
     return query
 
 

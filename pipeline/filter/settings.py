@@ -10,6 +10,7 @@ from core.settings import KafkaSettings, WarehouseSettings
 from pipeline.spark.metrics import JobMetricsSettings
 
 TRIGGERS = ("microbatch", "realtime")
+CRITERIA = ("resident", "delta")
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,25 @@ class FilterJobSettings:
     starting_offsets: str = "latest"
     max_offsets_per_trigger: int = 0  # 0: no bound
     metrics: JobMetricsSettings | None = None  # [job_metrics]
+    # "resident": the executors' index fed by the event stream (pipeline/filter/criteria.py);
+    # "delta": a stream-static join re-reading Delta `subscriptions` every batch / epoch.
+    criteria: str = "resident"
+    subscriptions_topic: str = "waku.subscriptions"
+    index_poll_ms: int = 100
+    messages_partitions: int = 4
 
     @classmethod
     def from_config(cls, config: Config) -> "FilterJobSettings":
         f = config["filter"]
         if f["trigger"] not in TRIGGERS:
             raise ConfigError(f"filter.trigger: expected microbatch or realtime, got {f['trigger']!r}")
+        if f["criteria"] not in CRITERIA:
+            raise ConfigError(f"filter.criteria: expected resident or delta, got {f['criteria']!r}")
+        if int(f["index_poll_ms"]) < 1:
+            raise ConfigError("filter.index_poll_ms: expected at least 1")
         return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
                    config.get("topics.messages"), config.get("topics.push_prefix"), float(f["subscription_ttl_s"]),
                    f["trigger"], f["trigger_seconds"], f["realtime_checkpoint_interval"], f["starting_offsets"],
-                   f["max_offsets_per_trigger"], JobMetricsSettings.from_config(config, "filter"))
+                   f["max_offsets_per_trigger"], JobMetricsSettings.from_config(config, "filter"),
+                   f["criteria"], config.get("topics.subscriptions"), int(f["index_poll_ms"]),
+                   int(config.get("topics.messages_partitions")))

@@ -115,6 +115,9 @@ def env(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[dict]:
         "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1", "bridge.metrics_port=-1",
         f"bridge.pubsub_topics={PT},{SHARD}",
         "filter.trigger_seconds=0.2", "filter.subscriptions_trigger_seconds=0.2",
+        # One shared local[2] session runs the subscriptions job too: real-time mode would hold
+        # every task slot (it is tested through ./spark-submit.sh in test_filter_realtime.py).
+        "filter.trigger=microbatch",
     ]
     cfg_a = load_config([*common, f"bridge.key_file={root / 'a.key'}",
                          "filter.max_requests_per_peer_per_minute=1000"], environ={})
@@ -310,11 +313,35 @@ def test_legacy_v00_client_receives_filter_rpc_pushes(env):
     wait_rows(env, peer, {(PT, ct("old3"))})
 
 
-def test_filter_job_joins_by_broadcast_for_a_small_table(env):
+def test_filter_job_matches_against_the_resident_index_not_delta(env):
+    from pipeline.filter.criteria import index_stats
     from pipeline.filter.matching import join_strategy
 
-    # A few criteria (far below spark.sql.autoBroadcastJoinThreshold): Spark broadcasts them.
-    assert join_strategy(env["filter"]) == "BroadcastHashJoin"
+    # No join with a Delta scan: the criteria are the executor's index, changed by the events.
+    assert join_strategy(env["filter"]) in ("none yet", "unknown")
+    plan = env["filter"]._jsq.streamingQuery().lastExecution().executedPlan().toString()
+    assert "waku_criteria_match" in plan or "CriteriaMatch" in plan, plan
+    stats = index_stats(env["spark"])
+    assert stats and max(s["events"] for s in stats) > 0 and not any(s["error"] for s in stats), stats
+
+
+def test_a_new_subscription_is_matched_within_a_second_of_its_ok(env):
+    """The bridge answers 200 once Kafka has the event; the index follows that topic, so the
+    first message published a second later is pushed (here: the index has it well before)."""
+    from pipeline.filter.criteria import index_stats
+
+    client = new_client(env, env["a"])
+    before = max(s["events"] for s in index_stats(env["spark"]))
+    t0 = time.monotonic()
+    assert env["net"].run(client.subscribe, PT, [ct("live1s")]).status_code == 200
+    wait_until(lambda: max(s["events"] for s in index_stats(env["spark"])) > before, 1.0,
+               "the index to apply the subscription within 1 s of its 200")
+    applied_ms = (time.monotonic() - t0) * 1000
+    time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+    publish(env, [(PT, ct("live1s"), b"one second later", False)])
+    got = collect(env, client, 1, timeout=30, settle=0.5)
+    print(f"index applied the subscription {applied_ms:.0f} ms after the 200 OK")
+    assert [p.message.payload for p in got] == [b"one second later"]
 
 
 def test_waku_bridge_filter_cli_prints_pushes(env):
