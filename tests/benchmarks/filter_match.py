@@ -1,26 +1,40 @@
-"""Filter matching benchmark: 1M criteria in Delta, messages offered into Kafka at a steady rate,
-latency from a message's Kafka append to its push record's append.
+"""Filter end to end: publish -> MessagePush at real libp2p clients, against 1M criteria.
 
-    .venv/bin/python tests/benchmarks/filter_match.py [--quick] [--peers N] [--rate R] [--seconds S]
-                                                      [--no-realtime] [--no-clients]
+    .venv/bin/python tests/benchmarks/filter_match.py [--quick] [--peers 100000] [--rate 20000]
+        [--seconds 75] [--clients 60] [--client-procs 3] [--producers 3] [--fanout 1000]
+        [--trigger realtime|microbatch] [--criteria resident|delta] [--epoch "30 seconds"]
 
-Starts its own embedded Kafka (free ports, temp dir) and its own SparkSession (local[2]):
+Every part is its own process, started as in production:
+  - the embedded Kafka broker;
+  - the subscriptions and filter jobs through ./spark-submit.sh (the filter job's trigger and
+    criteria as given: by default real-time mode and the resident index);
+  - one bridge (`waku-bridge run`, filter on) whose pusher serves the client peers;
+  - `--client-procs` processes hosting `--clients` libp2p filter clients in all (FilterClient,
+    which reads pushes as the reference clients do); each subscribes over filter-subscribe to
+    its own content topic and a popular one, and, during the run, to a new topic (subscriptions
+    change while messages flow);
+  - `--producers` processes offering IngestRecords into waku.messages at `--rate` msg/s in all.
 
-1. the `subscriptions` table gets peers × 10 criteria (100,000 × 10 = 1M; --quick: 10,000 × 10),
-   spread over 4 bridge ids, written straight to Delta (the subscriptions job's own path is
-   tested elsewhere);
-2. micro-batch run: the filter job (trigger filter.trigger_seconds) runs while a producer thread
-   offers IngestRecords into `waku.messages` at --rate for --seconds; half of the messages
-   match exactly one criterion. Topics use LogAppendTime, so both ends of the latency are
-   broker times. Afterwards both topics are read back with Spark and joined on message hash:
-   matches/s, latency p50/p99, missing and unexpected pushes, and the join Spark chose;
-3. real-time run: the same with filter.trigger=realtime (a fresh topic pair);
-4. clients run: an in-process bridge, N real libp2p filter clients subscribed over
-   filter-subscribe (through the subscriptions job), messages offered into Kafka; latency from
-   the Kafka append to the MessagePush received by the client.
+Criteria: `--peers` synthetic peers x 10 criteria written to Delta `subscriptions` before the
+jobs start (their pushes go to a bridge id nobody serves and are read back from Kafka), plus
+`--fanout` synthetic peers and every client on one popular topic. Half of the synthetic traffic
+matches one criterion; the client traffic is 1 msg/s on each client's own topic, 1 msg/s on the
+popular topic and 4 msg/s on each client's new topic (6 pushes/s per client: under the bridge's
+13/s per-peer pacing that go-waku's client needs).
 
-The last line is JSON: criteria, messages_per_s, matches_per_s, latency_p50_ms, latency_p99_ms
-(the micro-batch run over the full table), join, realtime_* and clients_* figures.
+Figures (start-up and the warm-up excluded; reported apart):
+  - latency: client receive time - publish time (producer's clock, same machine) over every push
+    a client should have had: its own-topic and popular messages, and new-topic messages published
+    from 1 s after its SUBSCRIBE was answered 200; one not received by the end is `missing`;
+  - new_subscription_ms: 200 OK -> first push on the new topic received (includes the wait for
+    the next message, 250 ms apart); new_subscription_matched_ms: 200 OK -> first push record for
+    it appended by the filter job (the matching side, without the bridge's pusher);
+  - per stage for the clients' pushes: publish -> push record appended (client_job_part) and
+    push record -> client receive (client_pusher_part: the bridge's pusher and the client);
+  - job figures over every offered message: publish -> push record appended (the Spark part),
+    processed_per_s = messages matched and turned into push records per second, push records/s;
+  - pushes_per_s: pushes the bridge delivered to clients per second.
+The last line is one JSON object.
 """
 from __future__ import annotations
 
@@ -29,23 +43,35 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from core.config import load_config  # noqa: E402
-from tools.embedded_kafka import EmbeddedKafka  # noqa: E402
-
 PT = "/waku/2/default-waku/proto"
-BRIDGES = 4
+POPULAR = "/bench/1/popular/proto"
+SYNTH_BRIDGE = "bench-synthetic"
 CRITERIA_PER_PEER = 10
+OWN_RATE, POPULAR_RATE, NEW_RATE = 1.0, 1.0, 4.0
+
+
+def own_topic(i: int) -> str:
+    return f"/bench/1/client{i}/proto"
+
+
+def new_topic(i: int) -> str:
+    return f"/bench/1/new{i}/proto"
+
+
+def synth_topic(i: int) -> str:
+    return f"/bench/1/t{i}/proto"
 
 
 def free_port() -> int:
@@ -55,345 +81,497 @@ def free_port() -> int:
 
 
 def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def create_topics(bootstrap: str, names: dict[str, int]) -> None:
-    from core.kafka import ensure_topics
-
-    ensure_topics(bootstrap, names, topic_configs={"message.timestamp.type": "LogAppendTime"})
-
-
-def topic_name(i: int) -> str:
-    return f"/bench/1/t{i}/proto"
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(len(values) * q))], 1)
 
 
-def load_table(spark, path: str, peers: int) -> int:
-    from pyspark.sql import functions as F
-
-    now = time.time()
-    n = peers * CRITERIA_PER_PEER
-    df = spark.range(n).select(
-        F.format_string("peer-%07d", (F.col("id") / CRITERIA_PER_PEER).cast("long")).alias("peer_id"),
-        F.lit(PT).alias("pubsub_topic"),
-        F.format_string("/bench/1/t%d/proto", F.col("id")).alias("content_topic"),
-        F.format_string("bench-bridge-%d", ((F.col("id") / CRITERIA_PER_PEER).cast("long") % BRIDGES)).alias("bridge_id"),
-        F.lit("v2").alias("protocol"), F.lit("").alias("request_id"),
-        F.lit(now).alias("subscribed_time"), F.lit(now).alias("last_refresh"),
-    )
-    df.repartition(4).write.format("delta").mode("overwrite").save(path)
-    return n
+def load_average() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def produce(bootstrap: str, topic: str, rate: float, seconds: float, criteria: int,
-            content_topics: list[str] | None = None) -> dict:
-    """Offer IngestRecords at `rate` for `seconds`; half match one criterion (topic index < criteria)."""
+# -- client process ---------------------------------------------------------------------------
+
+def run_clients(spec: dict) -> None:
+    """Host clients spec["first"] .. +count; print {"ready": ...} once subscribed; subscribe each
+    to its new topic during the run; on SIGTERM write receipts to spec["out"]."""
+    import trio
+
+    from ingest.filter.client import FilterClient
+
+    receipts: list[list] = []   # [client, payload id, publish ns, receive s]
+    oks: dict[int, float] = {}  # client -> time its new-topic SUBSCRIBE was answered 200
+    failures: list[int] = []   # clients whose new-topic SUBSCRIBE failed (then tried again)
+
+    async def main() -> None:
+        stop = trio.Event()
+        ready = trio.Event()
+
+        async def one(i: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
+            client = FilterClient()
+            async with client.running():
+                for attempt in range(6):
+                    try:
+                        await client.connect(spec["bridge"], timeout=30)
+                        r = await client.subscribe(PT, [own_topic(i), POPULAR], timeout=30)
+                        if r.status_code == 200:
+                            break
+                        log(f"client {i}: {r.status_code} {r.status_desc}")
+                    except Exception as exc:  # noqa: BLE001
+                        log(f"client {i}: {type(exc).__name__}: {exc}")
+                    await trio.sleep(1 + attempt)
+                else:
+                    raise RuntimeError(f"client {i} could not subscribe")
+                task_status.started()
+
+                async def read() -> None:
+                    async for push in client.pushes():
+                        now = time.time()
+                        ident, _, sent = push.message.payload.decode().partition("|")
+                        receipts.append([i, ident, int(sent), now])
+
+                async def subscribe_new() -> None:
+                    # spread over the run, from 10 s after this process's clients are all subscribed
+                    await ready.wait()
+                    await trio.sleep(10 + (spec["seconds"] - 15) * i / max(1, spec["clients"]))
+                    for attempt in range(5):  # as a reference client: try again on a failure
+                        try:
+                            r = await client.subscribe(PT, [new_topic(i)], timeout=30)
+                        except Exception as exc:  # noqa: BLE001
+                            log(f"client {i}: new topic: {type(exc).__name__}: {exc}")
+                            failures.append(i)
+                            await trio.sleep(1)
+                            continue
+                        if r.status_code == 200:
+                            oks[i] = time.time()
+                            return
+                        log(f"client {i}: new topic answered {r.status_code}")
+                        await trio.sleep(1)
+
+                async with trio.open_nursery() as n:
+                    n.start_soon(read)
+                    n.start_soon(subscribe_new)
+                    await stop.wait()
+                    n.cancel_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            limiter = trio.CapacityLimiter(8)
+
+            async def start(i: int) -> None:
+                async with limiter:
+                    await nursery.start(one, i)
+            async with trio.open_nursery() as starting:
+                for i in range(spec["first"], spec["first"] + spec["count"]):
+                    starting.start_soon(start, i)
+            print(json.dumps({"ready": spec["count"]}), flush=True)
+            ready.set()
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    break
+            Path(spec["out"]).write_text(json.dumps({"receipts": receipts, "oks": oks, "failures": failures}))
+            stop.set()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+# -- producer process -------------------------------------------------------------------------
+
+def run_producer(spec: dict) -> None:
+    """Offer IngestRecords from spec["start"] for spec["seconds"] (wall clock): synthetic traffic
+    at spec["rate"], plus (producer 0) the clients' traffic. Payload: "<id>|<publish ns>".
+    Writes {"synthetic_matching": n, "synthetic": n, "client": [[id, ns, [clients]]...]}."""
     from kafka import KafkaProducer
 
     from schemas import pipeline_records_pb2 as pr
     from schemas import waku_message_pb2 as wm
 
-    rng = random.Random(7)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=256 * 1024,
+    rng = random.Random(spec["seed"])
+    producer = KafkaProducer(bootstrap_servers=spec["bootstrap"], acks=1, linger_ms=2, batch_size=512 * 1024,
                              max_in_flight_requests_per_connection=5)
-    total = int(rate * seconds)
-    batch = max(1, int(rate / 200))  # send in 5 ms slices
-    sent = 0
-    began = time.monotonic()
-    while sent < total:
-        for _ in range(min(batch, total - sent)):
-            if content_topics:
-                ct = content_topics[sent % len(content_topics)]
+    topic, me, criteria = spec["topic"], spec["index"], spec["criteria"]
+    clients = spec["clients"] if me == 0 else 0
+    rate = spec["rate"]
+    counts = {"synthetic": 0, "synthetic_matching": 0, "popular": 0}
+    client_log: list = []
+    # client traffic schedule: (period, next due, kind, client)
+    sched = []
+    if clients:
+        for i in range(clients):
+            sched.append([1 / OWN_RATE, "own", i])
+            sched.append([1 / NEW_RATE, "new", i])
+        sched.append([1 / POPULAR_RATE, "popular", -1])
+    start, seconds = spec["start"], spec["seconds"]
+    due = [start + rng.random() * s[0] for s in sched]
+
+    def send(content_topic: str, ident: str) -> int:
+        ns = time.time_ns()
+        msg = wm.WakuMessage(payload=f"{ident}|{ns}".encode(), content_topic=content_topic, timestamp=ns)
+        rec = pr.IngestRecord(pubsub_topic=PT, message=msg, received_time=ns / 1e9, source=pr.RELAY, bridge_id="bench")
+        producer.send(topic, value=rec.SerializeToString())
+        return ns
+
+    time.sleep(max(0.0, start - time.time()))
+    began = time.time()
+    seq = 0
+    slice_s = 0.005
+    while True:
+        now = time.time()
+        if now >= start + seconds:
+            break
+        want = int((now - began) * rate)
+        while seq < want:
+            if seq % 2 == 0:
+                k = rng.randrange(criteria)
+                counts["synthetic_matching"] += 1
             else:
-                ct = topic_name(rng.randrange(2 * criteria))
-            msg = wm.WakuMessage(payload=b"x%d" % sent, content_topic=ct, timestamp=time.time_ns())
-            rec = pr.IngestRecord(pubsub_topic=PT, message=msg, received_time=time.time(), source=pr.RELAY,
-                                  bridge_id="bench")
-            producer.send(topic, key=b"%d" % sent, value=rec.SerializeToString())
-            sent += 1
-        delay = began + sent / rate - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-    producer.flush(60)
-    took = time.monotonic() - began
+                k = criteria + rng.randrange(criteria)   # matches nothing
+            send(synth_topic(k), f"s{me}-{seq}")
+            counts["synthetic"] += 1
+            seq += 1
+        for j, s in enumerate(sched):
+            if due[j] <= now:
+                period, kind, i = s
+                ident = f"{kind}{i}-{int(due[j] * 1000)}"
+                if kind == "own":
+                    ns = send(own_topic(i), ident)
+                    client_log.append([ident, ns, [i]])
+                elif kind == "new":
+                    ns = send(new_topic(i), ident)
+                    client_log.append([ident, ns, [i], "new"])
+                else:
+                    ns = send(POPULAR, ident)
+                    counts["popular"] += 1
+                    client_log.append([ident, ns, list(range(clients))])
+                due[j] += period
+        time.sleep(slice_s)
+    producer.flush(120)
+    took = time.time() - began
     producer.close()
-    return {"sent": sent, "seconds": took, "rate": sent / took}
+    Path(spec["out"]).write_text(json.dumps({**counts, "seconds": took, "client": client_log}))
 
 
-def analyse(spark, config, messages_topic: str, push_pattern: str, criteria: int, since_ms: int = 0) -> dict:
-    """Join message appends with push appends on message hash (Spark batch reads); figures over
-    the messages appended from `since_ms` on (the warm-up is left out)."""
+# -- set-up -----------------------------------------------------------------------------------
+
+def load_table(overrides: list[str], peers: int, fanout: int) -> int:
+    """peers x 10 criteria plus `fanout` peers on the popular topic, straight into Delta."""
     from pyspark.sql import functions as F
 
-    from core.settings import KafkaSettings
-    from pipeline.spark.kafka_io import kafka_options
-    from pipeline.spark.protobuf import from_protobuf
-    from pipeline.spark.records import PUSH_RECORD, decode_ingest_records
+    from core.config import load_config
+    from core.settings import WarehouseSettings
+    from core.spark_conf import SparkSettings
+    from pipeline.filter.subscriptions import ensure_subscriptions_table
+    from pipeline.spark.session import build_session
 
-    opts = kafka_options(KafkaSettings.from_config(config))
-    m = (spark.read.format("kafka").options(**opts).option("subscribe", messages_topic)
-         .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
-    msgs = decode_ingest_records(m).select(
-        "message_hash", "content_topic", F.unix_millis("kafka_timestamp").alias("m_ms"))
-    idx = F.regexp_extract("content_topic", r"/t(\d+)/", 1)
-    msgs = msgs.withColumn("idx", F.when(idx != "", idx.cast("long")))
-    p = (spark.read.format("kafka").options(**opts).option("subscribePattern", push_pattern)
-         .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
-    pushes = p.select(from_protobuf(F.col("value"), PUSH_RECORD, spark).alias("r"),
-                      F.unix_millis("timestamp").alias("p_ms"))
-    pushes = pushes.select(F.col("r.message_hash").alias("message_hash"), "p_ms").cache()
-    j = msgs.join(pushes, "message_hash", "full_outer")
-    j = j.where(F.col("m_ms").isNull() | (F.col("m_ms") >= F.lit(since_ms)))
-    stats = j.agg(
-        F.count(F.when(F.col("m_ms").isNotNull(), 1)).alias("messages"),
-        F.count(F.when(F.col("m_ms").isNotNull() & (F.col("idx") < criteria), 1)).alias("expected"),
-        F.count(F.when(F.col("p_ms").isNotNull(), 1)).alias("pushes"),
-        F.count(F.when(F.col("p_ms").isNotNull() & F.col("m_ms").isNull(), 1)).alias("orphans"),
-        F.count(F.when(F.col("p_ms").isNull() & (F.col("idx") < criteria), 1)).alias("missing"),
-        F.percentile_approx(F.col("p_ms") - F.col("m_ms"), [0.5, 0.99], 10000).alias("pct"),
-        F.max(F.col("p_ms") - F.col("m_ms")).alias("max_ms"),
-        F.min("p_ms").alias("p_first"), F.max("p_ms").alias("p_last"),
-    ).collect()[0]
-    pushes.unpersist()
-    span = max((stats.p_last or 0) - (stats.p_first or 0), 1) / 1000.0
-    pct = stats.pct or [None, None]
-    return {"messages": stats.messages, "expected_pushes": stats.expected, "pushes": stats.pushes,
-            "missing": stats.missing, "unexpected": stats.orphans,
-            "matches_per_s": round(stats.pushes / span, 1) if stats.pushes else 0.0,
-            "latency_p50_ms": pct[0], "latency_p99_ms": pct[1], "latency_max_ms": stats.max_ms}
-
-
-def wait_caught_up(query, sent: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = sum(p.get("numInputRows", 0) for p in query.recentProgress)
-        if rows >= sent and not query.status.get("isDataAvailable", False):
-            return
-        time.sleep(1.0)
-    log(f"warning: the query had not caught up after {timeout:.0f} s")
-
-
-def run_mode(spark, base_overrides, bootstrap: str, mode: str, rate: float, seconds: float, criteria: int) -> dict:
-    from pipeline.filter.matching import join_strategy, start_filter_query
-    from pipeline.filter.settings import FilterJobSettings, SubscriptionsJobSettings
-
-    tag = uuid.uuid4().hex[:6]
-    messages = f"bench.{mode}.{tag}.messages"
-    prefix = f"bench.{mode}.{tag}.push."
-    create_topics(bootstrap, {messages: 2 if mode == "realtime" else 4,  # real time: one long task per partition
-                              **{f"{prefix}bench-bridge-{i}": 2 for i in range(BRIDGES)}})
-    cfg = load_config([*base_overrides, f"topics.messages={messages}", f"topics.push_prefix={prefix}",
-                       f"filter.trigger={mode}", "filter.starting_offsets=earliest"], environ={})
-    result: dict = {"mode": mode}
-    offered = {"sent": 0, "rate": None}
-    t0 = time.time()
+    cfg = load_config(overrides, environ={})
+    spark = build_session(SparkSettings.from_config(cfg), "bench-setup")
     try:
-        query = start_filter_query(spark, FilterJobSettings.from_config(cfg), query_name=f"bench_{mode}_{tag}",
-                                   checkpoint=str(Path(cfg.path("warehouse.checkpoints")) / f"filter-{mode}-{tag}"))
-    except Exception as exc:  # noqa: BLE001 - e.g. real-time mode refusing the plan
-        return {"mode": mode, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
-    try:
-        # warm-up: a few messages, until the first push appears
-        warm = produce(bootstrap, messages, 200, 2, criteria)
-        time.sleep(3)
-        if mode == "microbatch":
-            wait_caught_up(query, warm["sent"], 300)
-        log(f"{mode}: warm-up done; offering {rate:.0f} msg/s for {seconds:.0f} s")
-        t0 = time.time()
-        offered = produce(bootstrap, messages, rate, seconds, criteria)
-        log(f"{mode}: offered {offered['sent']} messages at {offered['rate']:.0f}/s")
-        if mode == "microbatch":
-            wait_caught_up(query, warm["sent"] + offered["sent"], 600)
-        else:
-            time.sleep(10)
-        if query.exception():
-            raise RuntimeError(str(query.exception()))
-        result["join"] = join_strategy(query) if mode == "microbatch" else "n/a"
-        batches = [p for p in query.recentProgress if p.get("numInputRows")]
-        if batches:
-            durs = sorted(p["durationMs"].get("triggerExecution", 0) for p in batches)
-            result["batch_ms_p50"] = durs[len(durs) // 2]
-            result["batch_ms_max"] = durs[-1]
-    except Exception as exc:  # noqa: BLE001
-        result["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(cfg))
+        now = time.time() + 3600  # still live at the end of a long run (TTL 300 s)
+        n = peers * CRITERIA_PER_PEER
+        base = spark.range(n).select(
+            F.format_string("peer-%07d", (F.col("id") / CRITERIA_PER_PEER).cast("long")).alias("peer_id"),
+            F.lit(PT).alias("pubsub_topic"),
+            F.format_string("/bench/1/t%d/proto", F.col("id")).alias("content_topic"))
+        pop = spark.range(fanout).select(F.format_string("fan-%07d", F.col("id")).alias("peer_id"),
+                                         F.lit(PT).alias("pubsub_topic"), F.lit(POPULAR).alias("content_topic"))
+        df = base.unionByName(pop).select(
+            "peer_id", "pubsub_topic", "content_topic", F.lit(SYNTH_BRIDGE).alias("bridge_id"),
+            F.lit("v2").alias("protocol"), F.lit("").alias("request_id"),
+            F.lit(now).alias("subscribed_time"), F.lit(now).alias("last_refresh"))
+        df.repartition(4).write.format("delta").mode("append").save(path)
+        return n + fanout
     finally:
-        query.stop()
-    result["offered"] = offered["sent"]
-    result.update(analyse(spark, cfg, messages, prefix.replace(".", r"\.") + ".*", criteria, int(t0 * 1000)))
-    result["messages_per_s"] = round(offered["rate"], 1) if offered["rate"] else None
-    return result
+        spark.stop()
 
 
-def clients_run(spark, base_overrides, bootstrap: str, tmp: Path, clients: int, rate: float, seconds: float) -> dict:
-    """Real libp2p filter clients behind an in-process bridge (subscriptions through the job)."""
-    import trio
+def read_pushes(bootstrap: str, topic: str, until_idle_s: float = 5.0) -> list[tuple[str, int, int]]:
+    """(payload id, publish ns, append ms) of every push record on `topic`."""
+    from kafka import KafkaConsumer, TopicPartition
 
-    from ingest.filter.client import FilterClient
-    from ingest.metrics import BridgeMetrics
-    from ingest.node import Bridge
-    from ingest.settings import BridgeSettings
-    from pipeline.filter.matching import start_filter_query
-    from pipeline.filter.settings import FilterJobSettings, SubscriptionsJobSettings
-    from core.message import message_hash
-    from pipeline.filter.subscriptions import SubscriptionsJob
+    from schemas import pipeline_records_pb2 as pr
 
-    tag = uuid.uuid4().hex[:6]
-    messages = f"bench.clients.{tag}.messages"
-    create_topics(bootstrap, {messages: 2})
-    cfg = load_config([*base_overrides, f"topics.messages={messages}", f"topics.push_prefix=bench.clients.{tag}.push.",
-                       f"topics.subscriptions=bench.clients.{tag}.subs", f"bridge.key_file={tmp / 'bridge.key'}",
-                       "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1",
-                       "bridge.metrics_port=-1", f"warehouse.root={tmp / 'clients-warehouse'}",
-                       f"warehouse.checkpoints={tmp / 'clients-checkpoints'}"], environ={})
-    bridge = Bridge(BridgeSettings.from_config(cfg), metrics=BridgeMetrics(), out=open(os.devnull, "w"))
-    cts = [f"/bench-clients/1/c{i}/proto" for i in range(clients)]
-    received: list[tuple[bytes, float]] = []
-    state: dict = {}
-    ready = threading.Event()
-    done = threading.Event()
-
-    async def main() -> None:
-        state["token"] = trio.lowlevel.current_trio_token()
-        async with trio.open_nursery() as nursery:
-            await nursery.start(bridge.run)
-            await bridge.filter.ready.wait()
-            cs = [FilterClient() for _ in range(clients)]
-
-            async def one(c: FilterClient, ct: str, task_status=trio.TASK_STATUS_IGNORED) -> None:
-                async with c.running():
-                    await c.connect(str(bridge.addrs[0]))
-                    r = await c.subscribe(PT, [ct])
-                    assert r.status_code == 200, r
-                    task_status.started()
-                    async for push in c.pushes():
-                        m = push.message
-                        h = message_hash(push.pubsub_topic, m.payload, m.content_topic,
-                                         m.meta if m.HasField("meta") else None,
-                                         m.timestamp if m.HasField("timestamp") else None)
-                        received.append((h, time.time()))
-            for c, ct in zip(cs, cts):
-                await nursery.start(one, c, ct)
-            ready.set()
-            await trio.to_thread.run_sync(done.wait)
-            bridge.stop()
-            await bridge.stopped.wait()
-            nursery.cancel_scope.cancel()
-
-    thread = threading.Thread(target=trio.run, args=(main,), daemon=True)
-    thread.start()
-    subs = SubscriptionsJob(spark, SubscriptionsJobSettings.from_config(cfg), query_name=f"bench_clients_subs_{tag}")
-    subs.start()
-    query = start_filter_query(spark, FilterJobSettings.from_config(cfg), query_name=f"bench_clients_filter_{tag}")
-    result: dict = {}
-    try:
-        if not ready.wait(180):
-            raise RuntimeError("clients did not subscribe")
-        deadline = time.monotonic() + 180
-        while spark.read.format("delta").load(subs.path).count() < clients:
-            if time.monotonic() > deadline:
-                raise RuntimeError("subscriptions did not reach Delta")
-            time.sleep(0.5)
-        while query.lastProgress is None:
-            time.sleep(0.5)
-        time.sleep(2)
-        offered = produce(bootstrap, messages, rate, seconds, 0, cts)
-        time.sleep(15)
-        # message append times, by hash
-        from pyspark.sql import functions as F
-
-        from core.settings import KafkaSettings
-        from pipeline.spark.kafka_io import kafka_options
-        from pipeline.spark.records import decode_ingest_records
-        m = (spark.read.format("kafka").options(**kafka_options(KafkaSettings.from_config(cfg))).option("subscribe", messages)
-             .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
-        appends = {bytes(r.message_hash): r.ms for r in decode_ingest_records(m).select(
-            "message_hash", F.unix_millis("kafka_timestamp").alias("ms")).collect()}
-        lat = sorted(t * 1000 - appends[h] for h, t in received if h in appends)
-        result = {"clients": clients, "clients_offered": offered["sent"], "clients_pushes": len(received),
-                  "clients_messages_per_s": round(offered["rate"], 1)}
-        if lat:
-            result["clients_latency_p50_ms"] = round(lat[len(lat) // 2], 1)
-            result["clients_latency_p99_ms"] = round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 1)
-        # the Spark part of it: message append -> push record append
-        k = analyse(spark, cfg, messages, f"bench\\.clients\\.{tag}\\.push\\..*", 0)
-        result["clients_kafka_latency_p50_ms"] = k["latency_p50_ms"]
-        result["clients_kafka_latency_p99_ms"] = k["latency_p99_ms"]
-    except Exception as exc:  # noqa: BLE001
-        result["clients_error"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        query.stop()
-        subs.stop()
-        done.set()
-        thread.join(60)
-    return result
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                             max_poll_records=20000, fetch_max_bytes=64 * 1024 * 1024)
+    parts = consumer.partitions_for_topic(topic) or set()
+    tps = [TopicPartition(topic, p) for p in parts]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    end = consumer.end_offsets(tps)
+    out = []
+    idle_since = time.monotonic()
+    while any(consumer.position(tp) < end[tp] for tp in tps):
+        batch = consumer.poll(timeout_ms=500)
+        if not batch:
+            if time.monotonic() - idle_since > until_idle_s:
+                break
+            continue
+        idle_since = time.monotonic()
+        for recs in batch.values():
+            for r in recs:
+                p = pr.PushRecord.FromString(r.value)
+                ident, _, sent = p.message.payload.decode().partition("|")
+                out.append((ident, int(sent), r.timestamp))
+    consumer.close()
+    return out
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10,000 peers, 2,000 msg/s, short runs")
-    parser.add_argument("--peers", type=int)
-    parser.add_argument("--rate", type=float, help="messages/s offered (default 20,000; quick 2,000)")
-    parser.add_argument("--seconds", type=float, help="offer duration (default 30; quick 10)")
-    parser.add_argument("--realtime-rate", type=float, help="messages/s in the real-time run")
-    parser.add_argument("--realtime-epoch", help="filter.realtime_checkpoint_interval of the real-time run "
-                        "(default: the configuration's); each epoch boundary re-reads the table")
-    parser.add_argument("--no-realtime", action="store_true")
-    parser.add_argument("--no-clients", action="store_true")
-    parser.add_argument("--clients", type=int, default=10)
-    args = parser.parse_args()
+    if len(sys.argv) > 2 and sys.argv[1] == "--role":
+        spec = json.loads(sys.argv[3])
+        {"clients": run_clients, "producer": run_producer}[sys.argv[2]](spec)
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="10,000 peers, 5,000 msg/s, 45 s, 50 clients")
+    ap.add_argument("--peers", type=int)
+    ap.add_argument("--rate", type=float, help="synthetic messages/s offered (all producers)")
+    ap.add_argument("--seconds", type=float, help="measured run (default 75: longer than a 30 s epoch)")
+    ap.add_argument("--clients", type=int)
+    ap.add_argument("--client-procs", type=int, default=3)
+    ap.add_argument("--producers", type=int, default=3)
+    ap.add_argument("--fanout", type=int, default=1000)
+    ap.add_argument("--trigger", default="realtime", choices=["realtime", "microbatch"])
+    ap.add_argument("--criteria", default="resident", choices=["resident", "delta"])
+    ap.add_argument("--epoch", default="30 seconds", help="real-time mode's checkpoint interval")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
+    args = ap.parse_args()
     peers = args.peers or (10_000 if args.quick else 100_000)
-    rate = args.rate or (2_000.0 if args.quick else 20_000.0)
-    seconds = args.seconds or (10.0 if args.quick else 30.0)
+    rate = args.rate or (5_000.0 if args.quick else 20_000.0)
+    seconds = args.seconds or (45.0 if args.quick else 75.0)
+    nclients = args.clients or 50
+
+    from tools.embedded_kafka import EmbeddedKafka
+    from tools.processes import start_bridge
 
     tmp = Path(tempfile.mkdtemp(prefix="filter-bench-"))
-    kafka = EmbeddedKafka(tmp / "kafka", port=free_port(), controller_port=free_port())
-    out: dict = {}
-    spark = None
+    (tmp / "logs").mkdir()
+    procs: list[subprocess.Popen] = []
+    kport, cport = free_port(), free_port()
+    broker = EmbeddedKafka(data_dir=tmp / "kafka", port=kport, controller_port=cport,
+                           jar_dir=REPO_ROOT / ".cache/jars/kafka")
+    result: dict = {"trigger": args.trigger, "criteria_mode": args.criteria, "seed": 20261123}
+    bridge = None
+    log(f"load average at start: {load_average()}; temp dir {tmp}")
     try:
-        log(f"starting Kafka on {kafka.bootstrap_servers} ...")
-        kafka.start()
-        base = [f"kafka.bootstrap_servers={kafka.bootstrap_servers}", f"warehouse.root={tmp / 'warehouse'}",
-                f"warehouse.checkpoints={tmp / 'checkpoints'}", "spark.master=local[2]",
-                "spark.shuffle_partitions=4", "filter.subscription_ttl_s=86400", "filter.trigger_seconds=0.2",
-                "filter.subscriptions_trigger_seconds=0.2"]
-        from core.settings import WarehouseSettings
-        from core.spark_conf import SparkSettings
-        from pipeline.spark.session import build_session
-        from pipeline.filter.subscriptions import ensure_subscriptions_table
+        broker.start()
+        bootstrap = broker.bootstrap_servers
+        from core.kafka import ensure_topics
 
-        cfg = load_config(base, environ={})
-        spark = build_session(SparkSettings.from_config(cfg), "bench-filter")
-        path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(cfg))
+        ensure_topics(bootstrap, {"waku.messages": 4, "waku.subscriptions": 4, f"waku.push.{SYNTH_BRIDGE}": 2},
+                      topic_configs={"message.timestamp.type": "LogAppendTime"})
+        overrides = [
+            f"kafka.bootstrap_servers={bootstrap}", f"warehouse.root={tmp / 'warehouse'}",
+            f"warehouse.checkpoints={tmp / 'checkpoints'}", "spark.master=local[2]", "spark.shuffle_partitions=2",
+            "topics.messages_partitions=4", "job_metrics.store_port=-1", "job_metrics.subscriptions_port=-1",
+            "job_metrics.filter_port=-1", f"filter.trigger={args.trigger}", f"filter.criteria={args.criteria}",
+            f"filter.realtime_checkpoint_interval={args.epoch}", "filter.starting_offsets=latest",
+        ]
         t = time.monotonic()
-        criteria = load_table(spark, path, peers)
-        log(f"subscriptions: {criteria} criteria written in {time.monotonic() - t:.1f} s")
-        out["criteria"] = criteria
-        mb = run_mode(spark, base, kafka.bootstrap_servers, "microbatch", rate, seconds, criteria)
-        log(f"micro-batch: {json.dumps(mb)}")
-        for key in ("messages_per_s", "matches_per_s", "latency_p50_ms", "latency_p99_ms", "join", "missing",
-                    "unexpected", "pushes", "batch_ms_p50", "batch_ms_max", "error"):
-            if key in mb:
-                out[key] = mb[key]
-        if not args.no_realtime:
-            rt_base = base + ([f"filter.realtime_checkpoint_interval={args.realtime_epoch}"] if args.realtime_epoch else [])
-            rt = run_mode(spark, rt_base, kafka.bootstrap_servers, "realtime", args.realtime_rate or rate,
-                          seconds, criteria)
-            rt["epoch"] = load_config(rt_base, environ={}).get("filter.realtime_checkpoint_interval")
-            log(f"real-time: {json.dumps(rt)}")
-            for key, value in rt.items():
-                if key != "mode":
-                    out[f"realtime_{key}"] = value
-        if not args.no_clients:
-            cl = clients_run(spark, base, kafka.bootstrap_servers, tmp, args.clients, min(rate, 200.0),
-                             5.0 if args.quick else 10.0)
-            log(f"clients: {json.dumps(cl)}")
-            out.update(cl)
+        criteria = load_table(overrides, peers, args.fanout)
+        result["criteria"] = criteria + 3 * nclients
+        result["table_load_s"] = round(time.monotonic() - t, 1)
+        log(f"{criteria} criteria in Delta in {result['table_load_s']} s")
+
+        bridge = start_bridge(overrides + [
+            f"bridge.key_file={tmp / 'bridge.key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
+            "bridge.ws_port=-1", "bridge.metrics_port=-1", f"bridge.pubsub_topics={PT}",
+            "store_service.enabled=false", "filter.enabled=true", "filter.max_requests_per_peer_per_minute=1000",
+        ], log=(tmp / "logs" / "bridge.log").open("a"), timeout=120)
+        log(f"bridge {bridge.peer_id}")
+
+        def submit(job: str) -> subprocess.Popen:
+            cmd = [str(REPO_ROOT / "spark-submit.sh"), job, *[a for o in overrides for a in ("--set", o)]]
+            p = subprocess.Popen(cmd, stdout=(tmp / "logs" / f"{job}.log").open("ab"), stderr=subprocess.STDOUT,
+                                 cwd=REPO_ROOT, start_new_session=True)
+            procs.append(p)
+            return p
+
+        # clients first: their subscriptions are acknowledged before the filter job starts
+        per = -(-nclients // args.client_procs)
+        client_procs = []
+        specs = []
+        for k in range(args.client_procs):
+            first, count = k * per, min(per, nclients - k * per)
+            if count <= 0:
+                break
+            specs.append({"bridge": bridge.tcp_addr, "first": first, "count": count,
+                          "out": str(tmp / f"clients{k}.json"), "seconds": seconds, "clients": nclients})
+        subs = submit("subscriptions")
+        t_job = time.monotonic()
+        filt = submit("filter")
+
+        # warm-up: messages matching synthetic criteria until push records appear
+        from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+        from schemas import pipeline_records_pb2 as pr
+        from schemas import waku_message_pb2 as wm
+
+        warm = KafkaProducer(bootstrap_servers=bootstrap)
+        watch = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+        ptp = [TopicPartition(f"waku.push.{SYNTH_BRIDGE}", p) for p in (0, 1)]
+        watch.assign(ptp)
+        deadline = time.monotonic() + 600
+        while True:
+            if filt.poll() is not None:
+                raise RuntimeError(f"filter job exited with {filt.returncode} (see {tmp}/logs/filter.log)")
+            msg = wm.WakuMessage(payload=b"warm|0", content_topic=synth_topic(0), timestamp=time.time_ns())
+            warm.send("waku.messages", pr.IngestRecord(pubsub_topic=PT, message=msg, received_time=time.time(),
+                                                       source=pr.RELAY, bridge_id="bench").SerializeToString())
+            warm.flush()
+            if watch.poll(timeout_ms=1000):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("no push record within 600 s of the filter job's start")
+        result["startup_s"] = round(time.monotonic() - t_job, 1)
+        log(f"filter job answering {result['startup_s']} s after spark-submit")
+        watch.close()
+        warm.close()
+
+        # the run: clients subscribe (after the job started: their events reach the index live)
+        for sp in specs:
+            p = subprocess.Popen([sys.executable, __file__, "--role", "clients", json.dumps(sp)], stdout=subprocess.PIPE,
+                                 stderr=(tmp / "logs" / f"clients{sp['first']}.log").open("a"), cwd=REPO_ROOT, text=True)
+            client_procs.append(p)
+        for p in client_procs:
+            line = p.stdout.readline()
+            if not line.startswith("{"):
+                raise RuntimeError(f"a client process failed (see {tmp}/logs)")
+        log(f"{nclients} clients subscribed; load average {load_average()}")
+        start = time.time() + 2
+        prod_specs = [{"index": k, "bootstrap": bootstrap, "topic": "waku.messages", "rate": rate / args.producers,
+                       "criteria": peers * CRITERIA_PER_PEER, "clients": nclients, "start": start,
+                       "seconds": seconds, "seed": 20261123 + k, "out": str(tmp / f"producer{k}.json")}
+                      for k in range(args.producers)]
+        producers = [subprocess.Popen([sys.executable, __file__, "--role", "producer", json.dumps(sp)],
+                                      stderr=(tmp / "logs" / f"producer{sp['index']}.log").open("a"), cwd=REPO_ROOT)
+                     for sp in prod_specs]
+        loads = []
+        while any(p.poll() is None for p in producers):
+            time.sleep(5)
+            loads.append(os.getloadavg()[0])
+        if any(p.returncode for p in producers):
+            raise RuntimeError(f"a producer failed (see {tmp}/logs)")
+        log(f"producers done; draining 15 s; load average {load_average()}")
+        time.sleep(15)
+        for p in client_procs:
+            p.send_signal(signal.SIGTERM)
+        for p in client_procs:
+            p.wait(120)
+        result["load_average_during"] = round(sum(loads) / max(1, len(loads)), 1)
+
+        # -- analysis ------------------------------------------------------------------------
+        made = [json.loads(Path(sp["out"]).read_text()) for sp in prod_specs]
+        offered = sum(m["synthetic"] for m in made) + sum(len(m["client"]) for m in made)
+        run_s = max(m["seconds"] for m in made)
+        result["offered_per_s"] = round(offered / run_s, 1)
+        result["seconds"] = round(run_s, 1)
+        got = [json.loads(Path(sp["out"]).read_text()) for sp in specs]
+        received: dict[tuple[int, str], float] = {}
+        dup = 0
+        for g in got:
+            for i, ident, _sent, now in g["receipts"]:
+                if (i, ident) in received:
+                    dup += 1
+                received.setdefault((i, ident), now)
+        oks = {int(i): t for g in got for i, t in g["oks"].items()}
+        result["subscribe_failures"] = sum(len(g["failures"]) for g in got)
+        lat, missing, expected = [], 0, 0
+        first_new: dict[int, float] = {}
+        for m in made:
+            for entry in m["client"]:
+                ident, ns, targets = entry[0], entry[1], entry[2]
+                is_new = len(entry) > 3
+                for i in targets:
+                    r = received.get((i, ident))
+                    if is_new:
+                        if r is not None and i in oks and ns / 1e9 >= oks[i]:
+                            first_new[i] = min(first_new.get(i, r), r)
+                        if i not in oks or ns / 1e9 < oks[i] + 1.0:
+                            continue  # before the subscription was 1 s old: not owed
+                    expected += 1
+                    if r is None:
+                        missing += 1
+                    else:
+                        lat.append((r - ns / 1e9) * 1000)
+        new_ms = [(first_new[i] - oks[i]) * 1000 for i in oks if i in first_new]
+        # per stage, from the bridge's push topic: publish -> push record (the job) -> client (the pusher)
+        appended: dict[str, int] = {}
+        first_new_record: dict[int, float] = {}
+        for ident, ns, ms in read_pushes(bootstrap, f"waku.push.{bridge.peer_id}"):
+            appended[ident] = min(appended.get(ident, ms), ms)
+            if ident.startswith("new"):
+                i = int(ident[3:].split("-", 1)[0])
+                if i in oks and ns / 1e9 >= oks[i]:
+                    first_new_record[i] = min(first_new_record.get(i, ms / 1000), ms / 1000)
+        job_part, push_part = [], []
+        for g in got:
+            for i, ident, sent, now in g["receipts"]:
+                if ident in appended:
+                    job_part.append(appended[ident] - sent / 1e6)
+                    push_part.append(now * 1000 - appended[ident])
+        new_job_ms = [(first_new_record[i] - oks[i]) * 1000 for i in oks if i in first_new_record]
+        result.update({
+            "client_job_part_p50_ms": pct(job_part, 0.5), "client_job_part_p99_ms": pct(job_part, 0.99),
+            "client_pusher_part_p50_ms": pct(push_part, 0.5), "client_pusher_part_p99_ms": pct(push_part, 0.99),
+            "new_subscription_matched_p50_ms": pct(new_job_ms, 0.5),
+            "new_subscription_matched_p99_ms": pct(new_job_ms, 0.99),
+            "new_subscriptions_never_matched": len([i for i in oks if i not in first_new_record]),
+        })
+        result.update({
+            "clients": nclients, "client_pushes_expected": expected, "client_pushes_received": len(lat),
+            "latency_p50_ms": pct(lat, 0.5), "latency_p99_ms": pct(lat, 0.99), "latency_max_ms": pct(lat, 1.0),
+            "client_missing": missing, "client_duplicates": dup,
+            "new_subscriptions": len(oks), "new_subscription_p50_ms": pct(new_ms, 0.5),
+            "new_subscription_p99_ms": pct(new_ms, 0.99),
+            "new_subscriptions_never_pushed": len([i for i in oks if i not in first_new]),
+            "pushes_per_s": round(len(lat) / run_s, 1),
+        })
+        log(f"clients: {len(lat)}/{expected} pushes, p50 {result['latency_p50_ms']} ms, "
+            f"p99 {result['latency_p99_ms']} ms, new subscriptions p99 {result['new_subscription_p99_ms']} ms")
+
+        # the job's side: every synthetic match, read back from the push topic
+        pushes = read_pushes(bootstrap, f"waku.push.{SYNTH_BRIDGE}")
+        synth = [(ident, ns, ms) for ident, ns, ms in pushes if ident.startswith("s")]
+        seen = {ident for ident, _, _ in synth}
+        want = sum(m["synthetic_matching"] for m in made)
+        job_lat = [ms - ns / 1e6 for _, ns, ms in synth]
+        popular_records = len([1 for ident, _, _ in pushes if ident.startswith("popular")])
+        popular_sent = sum(m["popular"] for m in made)
+        result.update({
+            "synthetic_offered": sum(m["synthetic"] for m in made), "synthetic_matching": want,
+            "synthetic_pushed": len(seen), "synthetic_missing": want - len(seen),
+            "fanout_records": popular_records, "fanout_expected": popular_sent * args.fanout,
+            "job_latency_p50_ms": pct(job_lat, 0.5), "job_latency_p99_ms": pct(job_lat, 0.99),
+            "processed_per_s": round((len(seen) + popular_sent) / run_s, 1),
+            "push_records_per_s": round((len(synth) + popular_records) / run_s, 1),
+        })
+        result["missing"] = result["client_missing"] + result["synthetic_missing"] + max(
+            0, result["fanout_expected"] - popular_records)
+        log(f"job: {len(seen)}/{want} synthetic matches pushed, publish -> push record p50 "
+            f"{result['job_latency_p50_ms']} ms p99 {result['job_latency_p99_ms']} ms")
     finally:
-        if spark is not None:
-            spark.stop()
-        kafka.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(out), flush=True)
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        if bridge is not None:
+            bridge.stop(30)
+        broker.stop()
+        result["load_average_end"] = load_average()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(result), flush=True)
     return 0
 
 

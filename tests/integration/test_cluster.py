@@ -292,6 +292,8 @@ def test_subscriptions_and_filter_jobs_on_the_standalone_cluster(standalone, sto
             "topics.push_prefix": prefix, "warehouse.root": str(tmp_path / "wh"),
             "warehouse.checkpoints": str(tmp_path / "cp"), "spark.shuffle_partitions": "2",
             "filter.starting_offsets": "earliest", "filter.trigger_seconds": "1.0",
+            # one core per application here; real-time mode needs one per messages partition
+            "filter.trigger": "microbatch",
             "filter.subscriptions_trigger_seconds": "1.0", "filter.subscription_ttl_s": "3600",
             "job_metrics.subscriptions_port": "-1", "job_metrics.filter_port": "-1"}
     content_topic = f"/cluster-test/1/{uid}/proto"
