@@ -6,6 +6,7 @@ import logging
 import sys
 
 from core.config import add_config_arguments
+from pipeline.filter.criteria import IndexCollector
 from pipeline.filter.matching import start_filter_query
 from pipeline.filter.settings import FilterJobSettings
 from pipeline.spark.entrypoint import setup_job, start_metrics
@@ -25,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     settings, spark_settings = setup_job(args, FilterJobSettings.from_config)
     spark = build_session(spark_settings, "filter")
     metrics = start_metrics(spark, settings.metrics)
+    if metrics is not None and settings.criteria == "resident":
+        metrics.registry.register(IndexCollector(spark))
     try:
         query = start_filter_query(spark, settings, metrics=metrics)
         query.awaitTermination()

@@ -4,9 +4,22 @@ filter job) and sends each match to its peer over the existing connection.
 A Kafka consumer thread (kafka-python; no group: it starts at the end of the topic, pushes are
 live only) hands batches of values to trio through ``TrioToken.run_sync_soon``. On the trio
 side each record is checked against the bridge's view (a peer that unsubscribed since the job
-matched gets nothing), de-duplicated by message hash per peer, and queued to that peer's worker,
-which opens one filter-push stream per message (as nwaku and go-waku do):
-MessagePush{waku_message, pubsub_topic} for v2, FilterRPC{requestId, push} for v00.
+matched gets nothing), de-duplicated by message hash per peer, and queued to that peer's
+``PeerPusher``: MessagePush{waku_message, pubsub_topic} for v2, FilterRPC{requestId, push} for v00.
+
+Streams. A push stream per message costs a multistream-select round trip and ~3 ms of CPU; a
+reused stream costs one write. Clients differ: nwaku's and js-waku's read every push of a stream
+until it ends; go-waku's reads one push and closes, and a write racing its close is lost. So a
+``PeerPusher`` keeps its first v2 push stream open as a probe and writes further pushes on it
+only once the peer demonstrably kept it open for ``push_reuse_after_s``; until then, and for
+good once the peer closes a push stream (go-waku), every push gets its own stream. A reader on
+the kept stream notices the peer's close or reset; the pushes written on it in the last
+``push_unconfirmed_s`` (all of them on a reset, all but the stream's first on a close: a client
+that closes has read one) are sent again on new streams, as is a push whose write fails. A
+per-message stream is confirmed the same way: the bridge closes its side and waits (without
+holding a slot) for the peer's close; a reset means the push was not read (go-waku resets when
+its rate limiter refuses), and it is sent again. Pushes to a peer are paced by its token bucket
+whatever the stream.
 """
 from __future__ import annotations
 
@@ -18,10 +31,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
+from libp2p.network.stream.exceptions import StreamEOF
 
 from core.kafka import client_options as kafka_client_options
+from ingest.ratelimit import TokenBucket
 
 log = logging.getLogger("ingest.filter.pusher")
+
+FETCH_MIN_BYTES = 64 * 1024
+FETCH_MAX_WAIT_MS = 20
 
 
 class PushConsumer:
@@ -40,6 +58,7 @@ class PushConsumer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="push-consumer", daemon=True)
         self.consumed = 0
+        self.cpu_s = 0.0  # this thread's CPU time in polls that returned records (stage "consume")
 
     def start(self) -> None:
         self._thread.start()
@@ -62,7 +81,10 @@ class PushConsumer:
 
         options: dict[str, Any] = dict(
             bootstrap_servers=self.bootstrap_servers.split(","), group_id=None, enable_auto_commit=False,
-            fetch_max_wait_ms=50, reconnect_backoff_max_ms=1000, client_id="waku-bridge-pusher",
+            # Batches: a fetch returns once FETCH_MIN_BYTES are there or after FETCH_MAX_WAIT_MS,
+            # so a busy topic comes in large batches (fewer hand-offs and trio wake-ups).
+            fetch_min_bytes=FETCH_MIN_BYTES, fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            reconnect_backoff_max_ms=1000, client_id="waku-bridge-pusher",
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
         options.update(kafka_client_options(self.client_options))
@@ -89,9 +111,14 @@ class PushConsumer:
                 consumer.position(tp)  # fix the start now, before subscriptions are accepted
             self.ready.set()
             log.info("pusher: consuming %s (%d partitions)", self.topic, len(tps))
+            thread_time = time.thread_time
             while not self._stop.is_set():
-                batch = consumer.poll(timeout_ms=200)
+                t0 = thread_time()
+                batch = consumer.poll(timeout_ms=200, max_records=5000)
+                if not batch:
+                    continue
                 values = [r.value for recs in batch.values() for r in recs]
+                self.cpu_s += thread_time() - t0
                 if values:
                     self.consumed += len(values)
                     try:
@@ -120,3 +147,290 @@ class Dedup:
 
     def forget(self, peer: str) -> None:
         self._seen.pop(peer, None)
+
+
+PUSHES_IN_FLIGHT = 8  # per peer: streams being opened at a time (each costs a round trip)
+STAGES = ("consume", "deliver", "open", "write", "close")
+
+
+class PushStats:
+    """Push outcomes and per-stage seconds, counted in plain attributes on the hot path; the
+    service adds them to its Prometheus counters once a second (``take``). Stages: consume (the
+    consumer thread's CPU in polls), deliver (decode, view, de-duplication, queueing: CPU), open
+    (new stream, multistream-select round trip included), write, close (wall time of the awaits,
+    so they include other tasks run meanwhile)."""
+
+    def __init__(self) -> None:
+        self.outcomes: collections.Counter[str] = collections.Counter()
+        self.stages = dict.fromkeys(STAGES, 0.0)
+
+    def take(self) -> tuple[collections.Counter[str], dict[str, float]]:
+        out = self.outcomes, self.stages
+        self.outcomes, self.stages = collections.Counter(), dict.fromkeys(STAGES, 0.0)
+        return out
+
+
+class PushItem:
+    """One push to one peer: the framed bytes of its stream, the protocol id, attempts so far."""
+    __slots__ = ("data", "codec", "attempts")
+
+    def __init__(self, data: bytes, codec: str) -> None:
+        self.data = data
+        self.codec = codec
+        self.attempts = 0
+
+
+class _Kept:
+    """A push stream the bridge keeps open; `written`: (time, item, first on the stream) of the
+    writes not older than push_unconfirmed_s (sent again if the peer ends the stream)."""
+    __slots__ = ("stream", "since", "alive", "ended", "written")
+
+    def __init__(self, stream: Any, since: float, item: PushItem) -> None:
+        self.stream = stream
+        self.since = since
+        self.alive = True
+        self.ended = trio.Event()
+        self.written: collections.deque[tuple[float, PushItem, bool]] = collections.deque([(since, item, True)])
+
+
+class PeerPusher:
+    """Pushes to one peer (see the module doc): paced by a token bucket (push_rate_per_peer,
+    burst push_burst_per_peer); a v2 stream kept open and reused once the peer showed it keeps
+    reading; up to PUSHES_IN_FLIGHT new streams at a time otherwise; a push whose stream fails,
+    or which a peer's close or reset may have lost, is sent again (paced like the others) up to
+    push_retries times before it counts as failed. `report(ok)` is called when the peer's
+    pushes start or stop failing; `connected()` tells whether the connection is still there."""
+
+    def __init__(self, peer_id: Any, host: Any, settings: Any, stats: PushStats, reuse_codec: str,
+                 connected: Callable[[], bool], report: Callable[[bool], None]) -> None:
+        self.peer_id = peer_id
+        self.host = host
+        self.s = settings
+        self.stats = stats
+        self.reuse_codec = reuse_codec if settings.push_reuse_stream else None
+        self.connected = connected
+        self.report = report
+        self.bucket = TokenBucket(settings.push_rate_per_peer, settings.push_burst_per_peer, trio.current_time)
+        self.slots = trio.Semaphore(PUSHES_IN_FLIGHT)
+        self.kept: _Kept | None = None
+        self.closes_streams = False   # the peer ended a push stream: a stream per push from now on
+        self.failing = False
+        self.retry: collections.deque[PushItem] = collections.deque()
+        self._wake: trio.MemorySendChannel | None = None
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, recv: trio.MemoryReceiveChannel, send: trio.MemorySendChannel) -> None:
+        """Until `send` is closed (the peer has no criteria left); a None sent wakes the loop
+        for a retry."""
+        self._wake = send
+        try:
+            async with recv, trio.open_nursery() as nursery:
+                self._nursery = nursery
+                while True:
+                    if self.retry:
+                        item = self.retry.popleft()
+                    else:
+                        try:
+                            item = await recv.receive()
+                        except (trio.EndOfChannel, trio.ClosedResourceError):
+                            break
+                        if item is None:
+                            continue
+                    await self.bucket.take()
+                    await self._send(item)
+                nursery.cancel_scope.cancel()  # nothing is wanted any more: no retries, no waits
+        finally:
+            kept, self.kept = self.kept, None
+            if kept is not None:
+                kept.alive = False
+                kept.ended.set()
+                with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                    await _close_quietly(kept.stream)
+
+    async def _send(self, item: PushItem) -> None:
+        if item.codec == self.reuse_codec and not self.closes_streams:
+            k = self.kept
+            if k is None:
+                # The probe: opened here, in line (one round trip), and kept open.
+                await self.slots.acquire()
+                await self._push_new(item, keep=True)
+                return
+            if k.alive:
+                # Hold further pushes until the peer has kept the probe open long enough (or
+                # closed it: then they get streams of their own), rather than opening a stream
+                # for each meanwhile (~3 ms of CPU each).
+                wait = k.since + self.s.push_reuse_after_s - trio.current_time()
+                if wait > 0:
+                    with trio.move_on_after(wait):
+                        await k.ended.wait()
+                if k.alive and not self.closes_streams:
+                    await self._write_kept(k, item)
+                    return
+        await self.slots.acquire()
+        assert self._nursery is not None
+        self._nursery.start_soon(self._push_new, item, False)
+
+    async def _write_kept(self, k: _Kept, item: PushItem) -> None:
+        stats = self.stats
+        t0 = time.perf_counter()
+        try:
+            with trio.fail_after(self.s.push_timeout_s):
+                await k.stream.write(item.data)
+        except BaseException as exc:
+            stats.stages["write"] += time.perf_counter() - t0
+            if isinstance(exc, trio.Cancelled):
+                raise
+            log.debug("filter: write to the kept push stream of %s failed: %s: %s", self.peer_id,
+                      type(exc).__name__, exc)
+            self._ended(k, "reset")
+            assert self._nursery is not None
+            self._nursery.start_soon(_reset_quietly, k.stream)  # ends its watcher too
+            self._again(item)
+            return
+        stats.stages["write"] += time.perf_counter() - t0
+        now = trio.current_time()
+        written = k.written
+        written.append((now, item, False))
+        cutoff = now - self.s.push_unconfirmed_s
+        while written[0][0] < cutoff:
+            written.popleft()
+        stats.outcomes["pushed"] += 1
+        stats.outcomes["reused"] += 1
+        if self.failing:
+            self.failing = False
+            self.report(True)
+
+    async def _push_new(self, item: PushItem, keep: bool) -> None:
+        """A push on a new stream: kept open when `keep` (the probe), else closed and confirmed."""
+        stats, stages = self.stats, self.stats.stages
+        try:
+            if not self.connected():
+                raise ConnectionError("not connected")  # only over an existing connection
+            with trio.fail_after(self.s.push_timeout_s):
+                t0 = time.perf_counter()
+                stream = await self.host.new_stream(self.peer_id, [item.codec])
+                t1 = time.perf_counter()
+                stages["open"] += t1 - t0
+                stats.outcomes["streams"] += 1
+                try:
+                    await stream.write(item.data)
+                    t2 = time.perf_counter()
+                    stages["write"] += t2 - t1
+                    if not keep:
+                        await stream.close()
+                        stages["close"] += time.perf_counter() - t2
+                except BaseException:
+                    with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                        await _reset_quietly(stream)
+                    raise
+        except Exception as exc:  # noqa: BLE001 - any failure: sent again, or failed
+            log.debug("filter: push to %s failed: %s: %s", self.peer_id, type(exc).__name__, exc)
+            self.slots.release()
+            self._again(item)
+            return
+        self.slots.release()
+        if keep:
+            k = _Kept(stream, trio.current_time(), item)
+            self.kept = k
+            assert self._nursery is not None
+            self._nursery.start_soon(self._watch, k)
+        else:
+            # Confirmed when the peer closes (or says nothing for push_unconfirmed_s); a reset
+            # means it did not read the push (go-waku resets when its rate limiter refuses).
+            ended = None
+            with trio.move_on_after(self.s.push_unconfirmed_s):
+                ended = await _until_end(stream)
+            if ended == "reset":
+                self._again(item)
+                return
+        stats.outcomes["pushed"] += 1
+        if self.failing:
+            self.failing = False
+            self.report(True)
+
+    async def _watch(self, k: _Kept) -> None:
+        """Reads the kept stream (a client sends nothing on it) until the peer ends it."""
+        how = await _until_end(k.stream)
+        if k.alive:
+            self._ended(k, how)
+            await _close_quietly(k.stream)
+
+    def _ended(self, k: _Kept, how: str) -> None:
+        """The kept stream ended (peer's close: "eof"; reset or failed write: "reset"): pushes
+        written on it within push_unconfirmed_s are sent again, except the stream's first after
+        a close (a client closes once it read)."""
+        if not k.alive:
+            return
+        k.alive = False
+        k.ended.set()
+        if self.kept is k:
+            self.kept = None
+        if self.connected():
+            self.closes_streams = True  # the peer ends push streams: one per push from now on
+        cutoff = trio.current_time() - self.s.push_unconfirmed_s
+        for t, item, first in k.written:
+            if t >= cutoff and (how == "reset" or not first):
+                self.stats.outcomes["resent"] += 1
+                self._again(item, lost=False)
+        k.written.clear()
+
+    def _again(self, item: PushItem, lost: bool = True) -> None:
+        """Send `item` again (paced), unless it was tried push_retries times already or the
+        peer is no longer connected: then it failed. `lost`: its last attempt failed."""
+        item.attempts += 1
+        if item.attempts > self.s.push_retries or not self.connected():
+            self.stats.outcomes["failed"] += 1
+            if not self.failing:
+                self.failing = True
+                self.report(False)
+            return
+        if lost:
+            self.stats.outcomes["retried"] += 1
+        self.retry.append(item)
+        if self._wake is not None:
+            try:
+                self._wake.send_nowait(None)
+            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                pass  # the loop is busy (or over): it looks at the retries first
+
+
+async def _until_end(stream: Any) -> str:
+    """Until the peer ends the stream: "eof" (it closed) or "reset" (reset, error). Yamux: by
+    reading (a client sends nothing on a push stream). Mplex: by waiting for the stream's close
+    or reset events, since a pending mplex read holds the stream's lock against writes."""
+    muxed = getattr(stream, "muxed_stream", None)
+    remote_closed = getattr(muxed, "event_remote_closed", None)
+    reset = getattr(muxed, "event_reset", None)
+    if remote_closed is not None and reset is not None:
+        async with trio.open_nursery() as nursery:
+            for event in (remote_closed, reset):
+                nursery.start_soon(_wait_then_cancel, event, nursery.cancel_scope)
+        return "reset" if reset.is_set() else "eof"
+    try:
+        while True:
+            data = await stream.read(4096)
+            if not data:
+                return "eof"
+    except StreamEOF:
+        return "eof"
+    except Exception:  # noqa: BLE001 - reset, connection gone
+        return "reset"
+
+
+async def _wait_then_cancel(event: Any, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+async def _close_quietly(stream: Any) -> None:
+    try:
+        await stream.close()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+async def _reset_quietly(stream: Any) -> None:
+    try:
+        await stream.reset()
+    except Exception:  # noqa: BLE001
+        pass

@@ -24,20 +24,17 @@ from core.records import decode_push, subscription_event
 from ingest.filter.codec import (FILTER_PUSH_CODEC, FILTER_SUBSCRIBE_CODEC, FILTER_V00_CODEC, MAX_REQUEST_BYTES, OK,
                                  SERVICE_UNAVAILABLE, TOO_MANY_REQUESTS, push_v00, push_v2, subscribe_response)
 from ingest.filter.protocol import FilterRequest, from_v00, from_v2, handle
-from ingest.filter.pusher import Dedup, PushConsumer
+from ingest.filter.pusher import STAGES, Dedup, PeerPusher, PushConsumer, PushItem, PushStats
 from ingest.filter.settings import FilterSettings
 from ingest.filter.state import Change, SubscriptionView
 from ingest.framing import FrameReader, close_quietly, frame
 from ingest.kafka_producer import IngestProducer, ProducerSettings
-from ingest.ratelimit import TokenBucket
 from schemas import filter_v00_pb2 as f00
 from schemas import filter_v2_pb2 as fv2
 from schemas import pipeline_records_pb2 as pr
 
 RESTART_PEER = "*"  # the peer id of a BRIDGE_RESTART record (no peer)
 log = logging.getLogger("ingest.filter")
-
-PUSHES_IN_FLIGHT = 8  # per peer
 
 
 class FilterMetrics:
@@ -46,6 +43,9 @@ class FilterMetrics:
         self.requests = Counter("waku_filter_requests", "Filter requests by type and answered status (0: not answered)",
                                 ["type", "status"], registry=r)
         self.pushes = Counter("waku_filter_pushes", "Push records by outcome", ["outcome"], registry=r)
+        self.push_stage = Counter("waku_filter_push_stage_seconds",
+                                  "Pusher time by stage (consume, deliver: CPU; open, write, close: wall)",
+                                  ["stage"], registry=r)
         self.expired = Counter("waku_filter_expired_peers", "Peers whose subscriptions expired, by reason",
                                ["reason"], registry=r)
         self.peers = Gauge("waku_filter_subscribed_peers", "Peers with subscriptions on this bridge", registry=r)
@@ -84,6 +84,8 @@ class FilterService:
         self.consumer: PushConsumer | None = None
         self.dedup = Dedup(settings.dedup_per_peer)
         self._queues: dict[str, trio.MemorySendChannel] = {}
+        self.push_stats = PushStats()
+        self._consume_cpu_reported = 0.0
         self._push_failing: set[str] = set()
         self._nursery: trio.Nursery | None = None
         self.ready = trio.Event()  # set once requests are served
@@ -278,89 +280,86 @@ class FilterService:
                 del self._peer_locks[peer]
             self.metrics.peers.set(len(self.view.peers))
             self.metrics.criteria.set(self.view.criteria_count())
+            self.flush_push_stats()
+
+    def flush_push_stats(self) -> None:
+        """Add the pusher's plain counters to the Prometheus ones."""
+        outcomes, stages = self.push_stats.take()
+        for outcome, n in outcomes.items():
+            self.metrics.pushes.labels(outcome).inc(n)
+        if self.consumer is not None:
+            cpu = self.consumer.cpu_s
+            stages["consume"] += cpu - self._consume_cpu_reported
+            self._consume_cpu_reported = cpu
+        for stage in STAGES:
+            self.metrics.push_stage.labels(stage).inc(stages[stage])
 
     # -- pushes ---------------------------------------------------------------------------------
 
     def _deliver(self, values: list[bytes]) -> None:
-        """On the trio thread: a batch of PushRecord values from the push topic."""
+        """On the trio thread: a batch of PushRecord values from the push topic. Each wanted,
+        first-seen record is queued to its peer's PeerPusher; the push bytes of a message are
+        built once per batch (a fan-out is one record per peer, same message)."""
+        t0 = time.perf_counter()
+        outcomes = self.push_stats.outcomes
+        view, dedup, queues = self.view, self.dedup, self._queues
+        built: dict[tuple, bytes] = {}
         for value in values:
             rec = decode_push(value)
             if rec is None:
-                self.metrics.pushes.labels("undecodable").inc()
+                outcomes["undecodable"] += 1
                 continue
-            crit = self.view.wanted(rec.peer_id, rec.pubsub_topic, rec.message.content_topic)
+            peer = rec.peer_id
+            crit = view.wanted(peer, rec.pubsub_topic, rec.message.content_topic)
             if crit is None:
-                self.metrics.pushes.labels("not_subscribed").inc()
+                outcomes["not_subscribed"] += 1
                 continue
-            if not self.dedup.first(rec.peer_id, rec.message_hash):
-                self.metrics.pushes.labels("duplicate").inc()
+            if not dedup.first(peer, rec.message_hash):
+                outcomes["duplicate"] += 1
                 continue
-            q = self._queues.get(rec.peer_id)
+            if crit.protocol == "v00":
+                request_id = crit.request_id or rec.request_id
+                key = (rec.message_hash, "v00", request_id)
+                codec = FILTER_V00_CODEC
+            else:
+                key = (rec.message_hash, rec.pubsub_topic)
+                codec = FILTER_PUSH_CODEC
+            data = built.get(key)
+            if data is None:
+                data = built[key] = frame(push_v00(request_id, rec.message) if codec == FILTER_V00_CODEC
+                                          else push_v2(rec.pubsub_topic, rec.message))
+            q = queues.get(peer)
             if q is None:
                 if self._nursery is None:
                     continue
-                q, recv = trio.open_memory_channel(self.settings.push_queue_per_peer)
-                self._queues[rec.peer_id] = q
-                self._nursery.start_soon(self._push_worker, rec.peer_id, recv)
+                q = self._start_pusher(peer)
             try:
-                q.send_nowait((rec, crit.protocol, crit.request_id or rec.request_id))
+                q.send_nowait(PushItem(data, codec))
             except trio.WouldBlock:
-                self.metrics.pushes.labels("queue_full").inc()
+                outcomes["queue_full"] += 1
+        self.push_stats.stages["deliver"] += time.perf_counter() - t0
 
-    async def _push_worker(self, peer: str, recv: trio.MemoryReceiveChannel) -> None:
-        """Pushes to one peer, paced by a token bucket (filter.push_rate_per_peer, burst
-        push_burst_per_peer: what go-waku's light client accepts), up to PUSHES_IN_FLIGHT streams
-        at a time (a stream per message costs a negotiation round trip); a failed push is tried
-        again up to push_retries times, paced like the others, before it counts as failed."""
+    def _start_pusher(self, peer: str) -> trio.MemorySendChannel:
+        assert self._nursery is not None
+        send, recv = trio.open_memory_channel(self.settings.push_queue_per_peer)
+        self._queues[peer] = send
         peer_id = ID.from_base58(peer)
-        slots = trio.Semaphore(PUSHES_IN_FLIGHT)
-        s = self.settings
-        bucket = TokenBucket(s.push_rate_per_peer, s.push_burst_per_peer, trio.current_time)
+        network = self.host.get_network()
 
-        async def push(rec: Any, protocol: str, request_id: str) -> None:
-            try:
-                ok = await self._push_one(peer_id, rec, protocol, request_id)
-                for _ in range(s.push_retries):
-                    if ok or not self.host.get_network().connections.get(peer_id):
-                        break
-                    self.metrics.pushes.labels("retried").inc()
-                    await bucket.take()
-                    ok = await self._push_one(peer_id, rec, protocol, request_id)
-            finally:
-                slots.release()
-            self.metrics.pushes.labels("pushed" if ok else "failed").inc()
+        def connected() -> bool:
+            return bool(network.connections.get(peer_id))
+
+        def report(ok: bool) -> None:
             now = time.time()
             if ok:
                 self._push_failing.discard(peer)
-                self.view.mark_reachable(peer, True, now)
             else:
                 self._push_failing.add(peer)
-                self.view.mark_reachable(peer, False, now)
+            self.view.mark_reachable(peer, ok, now)
 
-        async with recv, trio.open_nursery() as nursery:
-            async for rec, protocol, request_id in recv:
-                await bucket.take()
-                await slots.acquire()
-                nursery.start_soon(push, rec, protocol, request_id)
-
-    async def _push_one(self, peer_id: ID, rec: Any, protocol: str, request_id: str) -> bool:
-        if not self.host.get_network().connections.get(peer_id):
-            return False  # only over an existing connection
-        if protocol == "v00":
-            codec, data = FILTER_V00_CODEC, push_v00(request_id, rec.message)
-        else:
-            codec, data = FILTER_PUSH_CODEC, push_v2(rec.pubsub_topic, rec.message)
-        try:
-            with trio.fail_after(self.settings.push_timeout_s):
-                stream = await self.host.new_stream(peer_id, [codec])
-                try:
-                    await stream.write(frame(data))
-                finally:
-                    await stream.close()
-            return True
-        except Exception as exc:  # noqa: BLE001 - any failure: unreachable for now
-            log.debug("filter: push to %s failed: %s: %s", peer_id, type(exc).__name__, exc)
-            return False
+        pusher = PeerPusher(peer_id, self.host, self.settings, self.push_stats, FILTER_PUSH_CODEC, connected, report)
+        self._nursery.start_soon(pusher.run, recv, send)
+        return send
 
 
 async def _each_frame(stream: Any, on_frame: Any, idle_timeout_s: float) -> None:

@@ -23,6 +23,11 @@ class FilterSettings:
     push_rate_per_peer: float = 13.0
     push_burst_per_peer: int = 15
     push_retries: int = 2
+    # Reuse one push stream per peer once it kept the first one open push_reuse_after_s; pushes
+    # written within push_unconfirmed_s before a peer ends a stream are sent again.
+    push_reuse_stream: bool = True
+    push_reuse_after_s: float = 1.0
+    push_unconfirmed_s: float = 2.0
     stream_idle_timeout_s: float = 30.0
     record_timeout_s: float = 10.0
     dedup_per_peer: int = 4096
@@ -44,7 +49,7 @@ class FilterSettings:
         if f["push_burst_per_peer"] < 1 or f["push_retries"] < 0:
             raise ConfigError("filter.push_burst_per_peer: expected at least 1; filter.push_retries: 0 or more")
         for key in ("subscription_ttl_s", "unreachable_timeout_s", "push_timeout_s", "push_rate_per_peer",
-                    "stream_idle_timeout_s", "record_timeout_s"):
+                    "stream_idle_timeout_s", "record_timeout_s", "push_reuse_after_s", "push_unconfirmed_s"):
             if f[key] <= 0:
                 raise ConfigError(f"filter.{key}: expected a positive number of seconds, got {f[key]}")
         max_topics = config.get("limits.max_content_topics_per_filter_request")
@@ -71,6 +76,9 @@ class FilterSettings:
             push_rate_per_peer=f["push_rate_per_peer"],
             push_burst_per_peer=f["push_burst_per_peer"],
             push_retries=f["push_retries"],
+            push_reuse_stream=f["push_reuse_stream"],
+            push_reuse_after_s=f["push_reuse_after_s"],
+            push_unconfirmed_s=f["push_unconfirmed_s"],
             stream_idle_timeout_s=f["stream_idle_timeout_s"],
             record_timeout_s=f["record_timeout_s"],
             dedup_per_peer=f["dedup_per_peer"],

@@ -132,3 +132,36 @@ def index_stats(spark: "SparkSession") -> list[dict]:
 
 def close_indexes(spark: "SparkSession") -> None:
     _jvm_index(spark).closeAll()
+
+
+class IndexCollector:
+    """Prometheus collector of the resident index in the driver's JVM (the executor's in local
+    mode; on a cluster the indexes live in the executors and this reports none):
+    waku_filter_index_* read through py4j at each scrape."""
+
+    def __init__(self, spark: "SparkSession") -> None:
+        self.spark = spark
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        try:
+            stats = index_stats(self.spark)
+        except Exception:  # noqa: BLE001 - the JVM is going away: nothing to report
+            stats = []
+        g = GaugeMetricFamily("waku_filter_index_criteria", "Criteria held by the resident index")
+        g.add_metric([], sum(s["criteria"] for s in stats))
+        yield g
+        for name, key, text in (("events", "events", "Subscription events applied"),
+                                ("skipped_events", "skipped", "Subscription events skipped (undecodable, no peer)"),
+                                ("lookups", "lookups", "Messages looked up"),
+                                ("matches", "matched", "Subscribers found (push records made)")):
+            c = CounterMetricFamily(f"waku_filter_index_{name}", text)
+            c.add_metric([], sum(s[key] for s in stats))
+            yield c
+        b = GaugeMetricFamily("waku_filter_index_bootstrap_seconds", "Snapshot load and replay at the index's start")
+        b.add_metric([], max([s["bootstrap_ms"] / 1000 for s in stats] or [0]))
+        yield b
+        e = GaugeMetricFamily("waku_filter_index_errors", "1 while the index's event consumer reports an error")
+        e.add_metric([], float(any(s["error"] for s in stats)))
+        yield e

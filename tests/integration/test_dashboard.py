@@ -175,3 +175,6 @@ def test_dashboard_renders_live_pipeline_in_chromium(spark, kafka, tmp_path):
             bridge.stop(30)
         for item in reversed(started):
             item.stop()
+        from pipeline.filter.criteria import close_indexes
+
+        close_indexes(spark)  # the filter query's index follower lives in the shared JVM

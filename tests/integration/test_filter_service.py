@@ -160,6 +160,9 @@ def env(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[dict]:
                "subs": subs_job, "filter": filter_query, "cfg": cfg_a}
     finally:
         filter_query.stop()
+        from pipeline.filter.criteria import close_indexes
+
+        close_indexes(spark)  # its Kafka follower thread lives in the shared JVM
         subs_job.stop()
         for b in (bridge_a, bridge_b):
             trio.from_thread.run_sync(b.stop, trio_token=net.token)
@@ -323,6 +326,17 @@ def test_filter_job_matches_against_the_resident_index_not_delta(env):
     assert "waku_criteria_match" in plan or "CriteriaMatch" in plan, plan
     stats = index_stats(env["spark"])
     assert stats and max(s["events"] for s in stats) > 0 and not any(s["error"] for s in stats), stats
+    # what the filter job's Prometheus endpoint adds
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from pipeline.filter.criteria import IndexCollector
+
+    registry = CollectorRegistry()
+    registry.register(IndexCollector(env["spark"]))
+    text = generate_latest(registry).decode()
+    for name in ("waku_filter_index_criteria", "waku_filter_index_events_total", "waku_filter_index_lookups_total",
+                 "waku_filter_index_errors 0.0"):
+        assert name in text, text
 
 
 def test_a_new_subscription_is_matched_within_a_second_of_its_ok(env):

@@ -246,6 +246,9 @@ def interop(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[Int
         code = bridge.stop()
         net.stop()
         filter_query.stop()
+        from pipeline.filter.criteria import close_indexes
+
+        close_indexes(spark)  # its Kafka follower thread lives in the shared JVM
         subs.stop()
         store_query.stop()
         log.close()
