@@ -32,8 +32,11 @@ Figures (start-up and the warm-up excluded; reported apart):
   - per stage for the clients' pushes: publish -> push record appended (client_job_part) and
     push record -> client receive (client_pusher_part: the bridge's pusher and the client);
   - job figures over every offered message: publish -> push record appended (the Spark part),
-    processed_per_s = messages matched and turned into push records per second, push records/s;
-  - pushes_per_s: pushes the bridge delivered to clients per second.
+    processed_per_s = messages matched and turned into push records per second (over the time
+    from the run's start to the last push record), push records/s;
+  - pushes_per_s: pushes the bridge delivered to clients per second;
+  - cpu_s: CPU seconds each component used during the run and the drain (where the cores went),
+    and the filter job's CPU per offered message.
 The last line is one JSON object.
 """
 from __future__ import annotations
@@ -89,6 +92,23 @@ def pct(values: list[float], q: float) -> float | None:
         return None
     values = sorted(values)
     return round(values[min(len(values) - 1, int(len(values) * q))], 1)
+
+
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) of every live process in process group `pgid`."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid:   # field 5 of stat: pgrp
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def load_average() -> str:
@@ -253,7 +273,8 @@ def run_producer(spec: dict) -> None:
     producer.flush(120)
     took = time.time() - began
     producer.close()
-    Path(spec["out"]).write_text(json.dumps({**counts, "seconds": took, "client": client_log}))
+    Path(spec["out"]).write_text(json.dumps({**counts, "seconds": took, "cpu_s": time.process_time(),
+                                             "client": client_log}))
 
 
 # -- set-up -----------------------------------------------------------------------------------
@@ -450,6 +471,9 @@ def main() -> int:
         producers = [subprocess.Popen([sys.executable, __file__, "--role", "producer", json.dumps(sp)],
                                       stderr=(tmp / "logs" / f"producer{sp['index']}.log").open("a"), cwd=REPO_ROOT)
                      for sp in prod_specs]
+        groups = {"filter job": filt.pid, "subscriptions job": subs.pid, "kafka broker": broker._proc.pid,
+                  "bridge": bridge.proc.pid}
+        cpu0 = {k: group_cpu_s(v) for k, v in groups.items()}
         loads = []
         while any(p.poll() is None for p in producers):
             time.sleep(5)
@@ -458,6 +482,7 @@ def main() -> int:
             raise RuntimeError(f"a producer failed (see {tmp}/logs)")
         log(f"producers done; draining 15 s; load average {load_average()}")
         time.sleep(15)
+        cpu1 = {k: group_cpu_s(v) for k, v in groups.items()}
         for p in client_procs:
             p.send_signal(signal.SIGTERM)
         for p in client_procs:
@@ -469,6 +494,11 @@ def main() -> int:
         offered = sum(m["synthetic"] for m in made) + sum(len(m["client"]) for m in made)
         run_s = max(m["seconds"] for m in made)
         result["offered_per_s"] = round(offered / run_s, 1)
+        # where the two cores went during the run (and the 15 s drain): CPU seconds per component
+        cpu = {k: round(cpu1[k] - cpu0[k], 1) for k in groups}
+        cpu["producers"] = round(sum(m["cpu_s"] for m in made), 1)
+        result["cpu_s"] = cpu
+        result["filter_job_cpu_us_per_message"] = round(cpu["filter job"] / max(1, offered) * 1e6, 1)
         result["seconds"] = round(run_s, 1)
         got = [json.loads(Path(sp["out"]).read_text()) for sp in specs]
         received: dict[tuple[int, str], float] = {}
@@ -540,6 +570,7 @@ def main() -> int:
         seen = {ident for ident, _, _ in synth}
         want = sum(m["synthetic_matching"] for m in made)
         job_lat = [ms - ns / 1e6 for _, ns, ms in synth]
+        job_s = max(run_s, max((ms for _, _, ms in pushes), default=0) / 1000 - start)
         popular_records = len([1 for ident, _, _ in pushes if ident.startswith("popular")])
         popular_sent = sum(m["popular"] for m in made)
         result.update({
@@ -547,8 +578,10 @@ def main() -> int:
             "synthetic_pushed": len(seen), "synthetic_missing": want - len(seen),
             "fanout_records": popular_records, "fanout_expected": popular_sent * args.fanout,
             "job_latency_p50_ms": pct(job_lat, 0.5), "job_latency_p99_ms": pct(job_lat, 0.99),
-            "processed_per_s": round((len(seen) + popular_sent) / run_s, 1),
-            "push_records_per_s": round((len(synth) + popular_records) / run_s, 1),
+            # over the time the job took: from the run's start to the last push record appended
+            "processed_per_s": round((len(seen) + popular_sent) / job_s, 1),
+            "push_records_per_s": round((len(synth) + popular_records) / job_s, 1),
+            "job_seconds": round(job_s, 1),
         })
         result["missing"] = result["client_missing"] + result["synthetic_missing"] + max(
             0, result["fanout_expected"] - popular_records)
