@@ -19,7 +19,7 @@ class SubscriptionsJobSettings:
     warehouse: WarehouseSettings
     topic: str = "waku.subscriptions"
     ttl_s: float = 300.0
-    trigger_seconds: float = 0.5
+    trigger_seconds: float = 5.0
     expire_interval_s: float = 30.0
     metrics: JobMetricsSettings | None = None  # [job_metrics]
 
