@@ -8,7 +8,7 @@ from pipeline.spark.kafka_io import read_topic_stream
 from pipeline.spark.metrics import JobMetrics
 from pipeline.store.settings import StoreJobSettings
 from pipeline.store.tables import ensure_store_tables
-from pipeline.store.writer import figures, write_batch
+from pipeline.store.writer import QuarantineMarks, figures, write_batch
 
 
 def start_store_query(spark: SparkSession, settings: StoreJobSettings, available_now: bool = False,
@@ -21,8 +21,10 @@ def start_store_query(spark: SparkSession, settings: StoreJobSettings, available
                                starting_offsets=settings.starting_offsets,
                                max_offsets_per_trigger=settings.max_offsets_per_trigger or None)
 
+    marks = QuarantineMarks(settings.warehouse.table_path("quarantine"), settings.topic)
+
     def process(batch, batch_id: int) -> None:
-        stats = write_batch(batch, batch_id, settings)
+        stats = write_batch(batch, batch_id, settings, marks)
         if metrics is not None:
             metrics.add_figures(query_name, batch_id, figures(stats))
 

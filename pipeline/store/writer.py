@@ -12,7 +12,13 @@ Exactly once, across crashes and restarts at any point, without relying on the c
     message from different bridges are received within `limits.max_clock_skew_s` of its
     timestamp (else refused), so within `store.dedup_window_s` of each other; copies of a
     message without timestamp are checked against every stored row without one, however old.
-  - `quarantine`: anti-join on the Kafka coordinates (topic, partition, offset).
+    The decision is made on narrow columns (hash, receive time, Kafka coordinates), cached and
+    counted; the payload rows are picked by a broadcast semi-join inside the one Delta write
+    (one commit for messages per batch; no wide copy of the batch is cached).
+  - `quarantine`: anti-join on the Kafka coordinates (topic, partition, offset), reading only
+    the batch's own offset ranges per partition (file statistics skip the rest of the table);
+    skipped when every refused offset of the batch lies above what the table may hold
+    (`QuarantineMarks`: the table's maxima per partition, read once per query).
   Delta's txnAppId/txnVersion options would also make re-runs idempotent, but measured here
   they triple the cost of every commit (docs/store-layout.md), and they would wrongly skip the
   batches of a reset checkpoint whose batch ids restart at 0.
@@ -91,23 +97,62 @@ def _received_date(col: Column) -> Column:
     return F.date_format(F.timestamp_micros((col * F.lit(1e6)).cast("bigint")), "yyyy-MM-dd")
 
 
-def first_copies(valid: DataFrame, existing_hashes: DataFrame) -> DataFrame:
-    """The rows of `valid` to store: per message hash the earliest receive (then lowest Kafka
-    coordinates), minus hashes already in the table.
-
-    The choice is made on narrow columns (hash, receive time, Kafka coordinates) and applied with
-    a broadcast semi-join on the coordinates, so payloads are never shuffled for it."""
+def winning_copies(valid: DataFrame, existing_hashes: DataFrame) -> DataFrame:
+    """Kafka coordinates (partition, offset) of the rows of `valid` to store: per message hash
+    the earliest receive (then lowest Kafka coordinates), minus hashes already in the table.
+    Narrow: hash, receive time and coordinates only, never payloads."""
     order = F.struct("received_time", "kafka_partition", "kafka_offset")
-    winners = (valid.select("message_hash", "received_time", "kafka_partition", "kafka_offset")
-               .groupBy("message_hash")
-               .agg(F.min_by(F.struct("kafka_partition", "kafka_offset"), order).alias("w"))
-               .join(existing_hashes, "message_hash", "left_anti")
-               .select("w.kafka_partition", "w.kafka_offset"))
-    return valid.join(F.broadcast(winners), ["kafka_partition", "kafka_offset"], "left_semi")
+    return (valid.select("message_hash", "received_time", "kafka_partition", "kafka_offset")
+            .groupBy("message_hash")
+            .agg(F.min_by(F.struct("kafka_partition", "kafka_offset"), order).alias("w"))
+            .join(existing_hashes, "message_hash", "left_anti")
+            .select("w.kafka_partition", "w.kafka_offset"))
 
 
-def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings) -> BatchStats:
-    """Process one micro-batch of waku.messages rows; returns what happened to its rows."""
+def coordinate_ranges(col_partition: Column, col_offset: Column,
+                      ranges: dict[int, tuple[int, int]]) -> Column:
+    """(partition, offset) within the batch's [min, max] offsets of each partition: lets Delta
+    skip every file of a table keyed by Kafka coordinates that the batch cannot be in."""
+    cond = F.lit(False)
+    for partition, (lo, hi) in sorted(ranges.items()):
+        cond = cond | ((col_partition == F.lit(partition)) & col_offset.between(F.lit(lo), F.lit(hi)))
+    return cond
+
+
+class QuarantineMarks:
+    """Per Kafka partition of the job's topic, an offset at or above every record `quarantine`
+    may hold: loaded once from the table (one Spark job at the query's first refused record),
+    raised before each quarantine write. A batch whose refused records all lie above the marks
+    cannot be in the table (a re-run batch or a reset checkpoint re-reads offsets at or below
+    them), so it skips the anti-join; any other batch runs it. Retention deleting old rows only
+    makes the marks conservative."""
+
+    def __init__(self, table_path: str, topic: str) -> None:
+        self.table_path, self.topic = table_path, topic
+        self.marks: dict[int, int] | None = None
+
+    def load(self, spark) -> None:
+        if self.marks is None:
+            rows = (spark.read.format("delta").load(self.table_path)
+                    .where(F.col("kafka_topic") == F.lit(self.topic))
+                    .groupBy("kafka_partition").agg(F.max("kafka_offset").alias("hi")).collect())
+            self.marks = {r.kafka_partition: r.hi for r in rows if r.kafka_partition is not None}
+
+    def all_above(self, ranges: dict[int, tuple[int, int]]) -> bool:
+        assert self.marks is not None
+        return all(lo > self.marks.get(p, -1) for p, (lo, _) in ranges.items())
+
+    def raise_to(self, ranges: dict[int, tuple[int, int]]) -> None:
+        assert self.marks is not None
+        for p, (_, hi) in ranges.items():
+            self.marks[p] = max(hi, self.marks.get(p, -1))
+
+
+def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
+                quarantine_marks: QuarantineMarks | None = None) -> BatchStats:
+    """Process one micro-batch of waku.messages rows; returns what happened to its rows.
+    `quarantine_marks` (kept by the query across its batches) lets batches of new offsets skip
+    the quarantine anti-join; without it every batch runs it."""
     spark = batch.sparkSession
     began = time.monotonic()
     tables = settings.warehouse
@@ -120,16 +165,20 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings) -> 
         buckets: list[int] = []
         untimed = 0  # valid rows without a sender timestamp
         with stats.phase("validate"):
-            summary = (checked.groupBy("reason", "ephemeral")
+            summary = (checked.groupBy("reason", "ephemeral", "kafka_topic", "kafka_partition")
                        .agg(F.count(F.lit(1)).alias("n"),
                             F.collect_set(F.floor(F.col("received_time") / BUCKET_S).cast("bigint")).alias("b"),
-                            F.count(F.when(F.coalesce(F.col("timestamp"), F.lit(0)) == 0, 1)).alias("untimed"))
+                            F.count(F.when(F.coalesce(F.col("timestamp"), F.lit(0)) == 0, 1)).alias("untimed"),
+                            F.min("kafka_offset").alias("lo"), F.max("kafka_offset").alias("hi"))
                        .collect())
+        refused: dict[int, tuple[int, int]] = {}  # Kafka partition -> offsets of refused rows
         for row in summary:
             stats.input_rows += row.n
             if row.reason is not None:
                 stats.quarantined_rows += row.n
                 stats.rule_failures[row.reason] = stats.rule_failures.get(row.reason, 0) + row.n
+                lo, hi = refused.get(row.kafka_partition, (row.lo, row.hi))
+                refused[row.kafka_partition] = (min(lo, row.lo), max(hi, row.hi))
             elif row.ephemeral:
                 stats.ephemeral_rows += row.n
             else:
@@ -151,25 +200,44 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings) -> 
             existing = (spark.read.format("delta").load(tables.table_path("messages"))
                         .where(near)
                         .select("message_hash"))
-            new = (first_copies(valid, existing)
-                   .withColumn("received_date", _received_date(F.col("received_time"))))
-            files = max(1, math.ceil(stats.valid_rows / settings.rows_per_file))
-            # Files cover disjoint received_time ranges, rows sorted by (received_time, digest).
-            new = new.repartitionByRange(files, "received_time") if files > 1 else new.coalesce(1)
-            new = new.sortWithinPartitions("received_time", "digest").select(*STORED_COLUMNS).persist()
-            with stats.phase("dedupe"):
-                stats.stored_rows = new.count()
-            with stats.phase("write_messages"):
-                new.write.format("delta").mode("append").save(tables.table_path("messages"))
-            new.unpersist()
+            # The decision is made and counted on narrow columns (cached: a few bytes a row);
+            # the payload rows are selected by a broadcast semi-join inside the one write.
+            winners = winning_copies(valid, existing).persist()
+            try:
+                with stats.phase("dedupe"):
+                    stats.stored_rows = winners.count()
+                if stats.stored_rows:
+                    new = (valid.join(F.broadcast(winners), ["kafka_partition", "kafka_offset"], "left_semi")
+                           .withColumn("received_date", _received_date(F.col("received_time"))))
+                    files = max(1, math.ceil(stats.stored_rows / settings.rows_per_file))
+                    # Files cover disjoint received_time ranges, rows sorted by (received_time,
+                    # digest). A batch within rows_per_file (store.max_offsets_per_trigger at or
+                    # below it) is one file: no range shuffle.
+                    new = new.repartitionByRange(files, "received_time") if files > 1 else new.coalesce(1)
+                    new = new.sortWithinPartitions("received_time", "digest").select(*STORED_COLUMNS)
+                    with stats.phase("write_messages"):
+                        new.write.format("delta").mode("append").save(tables.table_path("messages"))
+            finally:
+                winners.unpersist()
         if stats.quarantined_rows:
             with stats.phase("write_quarantine"):
                 # A Kafka record is quarantined once, even when a reset checkpoint re-reads it.
                 coordinates = ["kafka_topic", "kafka_partition", "kafka_offset"]
-                recorded = (spark.read.format("delta").load(tables.table_path("quarantine"))
-                            .select(*coordinates))
-                (checked.where(F.col("reason").isNotNull())
-                 .join(recorded, coordinates, "left_anti")
+                # Only the batch's own coordinate ranges are read (file statistics on
+                # kafka_partition/kafka_offset skip the rest), never the whole table.
+                refused_rows = checked.where(F.col("reason").isNotNull())
+                fresh = False
+                if quarantine_marks is not None and all(
+                        r.kafka_topic == settings.topic for r in summary if r.reason is not None):
+                    quarantine_marks.load(spark)
+                    fresh = quarantine_marks.all_above(refused)
+                    quarantine_marks.raise_to(refused)  # before the write: marks stay above the table
+                if not fresh:
+                    recorded = (spark.read.format("delta").load(tables.table_path("quarantine"))
+                                .where(coordinate_ranges(F.col("kafka_partition"), F.col("kafka_offset"), refused))
+                                .select(*coordinates))
+                    refused_rows = refused_rows.join(recorded, coordinates, "left_anti")
+                (refused_rows
                  .withColumn("quarantined_at", F.current_timestamp())
                  .select(*QUARANTINE_COLUMNS)
                  .write.format("delta").mode("append").save(tables.table_path("quarantine")))

@@ -1,26 +1,66 @@
-"""Store ingest benchmark: Kafka -> store job -> committed Delta rows.
+"""Store ingest benchmark: producers -> Kafka -> store job (spark-submit) -> Delta, and the store
+service's fresh tail answering over libp2p (issue 12).
 
-    python tests/benchmarks/store_ingest.py [--quick]
+    .venv/bin/python tests/benchmarks/store_ingest.py [--quick] [--rate R] [--producers P]
+        [--seconds S] [--max-offsets N] [--payload-bytes B] [--probe-rate Q] [--keep DIR]
 
-1. Throughput: N ingest records with 1 KiB payloads (plus the load generator's usual share of
-   duplicates, ephemeral and invalid records) are put in Kafka first; the store query then
-   catches up (available-now trigger) on Spark local[2]. messages_per_s = records / wall time
-   from query start to the last commit.
-2. Latency: a producer offers records at a steady rate while the store query runs with its
-   processing-time trigger; a watcher follows the Delta log and stamps each committed row with
-   the time its commit became visible. Latency = visible time - Kafka append time.
+Every component is its own process, on loopback, from a temporary directory:
+  - an embedded Kafka broker, topic waku.messages with 4 partitions;
+  - the store job, started as in production: `./spark-submit.sh store` (Spark local[2]) with
+    `store.max_offsets_per_trigger` set (default 50,000 records per micro-batch, 20,000 with --quick);
+  - bridge B: `waku-bridge run` with only the store service (Delta reader + its Kafka tail);
+  - P producer processes (`--role producer`), each offering rate/P records per second of the
+    load generator's mix (1 KiB payloads; 5 % duplicates, 2 % ephemeral, 1 % invalid) for the
+    run's length, paced per producer; the offered rate reached is measured, not assumed;
+  - a prober process (`--role prober`): `--probe-rate` times a second it produces one new
+    message (acks=all), and from the acknowledgement polls B over libp2p with a store v3 query
+    by that message hash (every 5 ms) until B answers it.
 
-Starts its own embedded Kafka on free ports in a temporary directory and stops everything at
-the end. The last line is JSON.
+Sequence: broker, store job and bridge B start; a warm-up of 2,000 records is produced and the
+time from `spark-submit` to their first Delta commit is `startup_s` (JVM, Spark session, first
+batch's code generation: reported apart, not in any rate or latency). Then the load runs for
+`--seconds` (2 min by default, 20 s with --quick), and the benchmark waits up to `--drain`
+seconds for the job to commit what was offered.
+
+What is measured:
+  offered_per_s      records the producers sent / the load's length (all producers together)
+  messages_per_s     steady-state throughput: rows committed to Delta `messages` per second
+                     between the first and the last commit of load rows (start-up excluded)
+  committed_p50_s/p99_s  per stored message of the load (every one the producers offered that
+                     the store must hold: valid, not ephemeral, first copy): Delta commit time
+                     (the mtime of the _delta_log entry that added its file) - Kafka append time
+                     (the record's CreateTime); messages not committed by the end of the drain
+                     count as missing and as +inf in these percentiles (null when > 1 % / 50 %
+                     are missing); `committed_*_of_committed_s` are over the committed ones only
+  queryable_p50_ms/p99_ms  per probe: first answer from B containing the message - Kafka
+                     acknowledgement; probes not answered within 30 s (5 s with --quick) count as
+                     missing (`queryable_missing`) and as +inf in the percentiles
+  missing            load messages not committed by the end
+  batch_*            the store job's own per-batch figures from its log (time per phase)
+  load_avg_*         os.getloadavg() at start and end (the machine is shared)
+
+`--profile N` instead runs the store query in this process over N seeded records (available-now,
+`--max-offsets` per batch; the same input every run) with Spark's event log on, and prints per
+micro-batch its wall time, the writer's phases, every Spark job (duration, call site) and every
+Delta commit; `--writer PATH` profiles another version of pipeline/store/writer.py (before/after),
+`--untimed-share S` clears the sender timestamp of that share of records (the global
+de-duplication check then runs: untimed copies against every stored untimed row).
+
+    .venv/bin/python tests/benchmarks/store_ingest.py --profile 30000 --max-offsets 10000
+
+The last line is one JSON object.
 """
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
+import math
 import os
-import platform
+import re
+import shutil
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -30,9 +70,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from core.config import load_config  # noqa: E402
-from tools.embedded_kafka import EmbeddedKafka  # noqa: E402
-from tools.loadgen import LoadGenerator, LoadProfile, producer  # noqa: E402
+TOPIC = "waku.messages"
+PROBE_PUBSUB = "/waku/2/rs/1/0"
+PROBE_CT = "/bench/1/probe/proto"
+
+
+def log(msg: str) -> None:
+    print(f"[store_ingest {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def free_port() -> int:
@@ -42,146 +86,567 @@ def free_port() -> int:
 
 
 def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile; +inf entries (missing messages) sort last."""
     if not values:
         return float("nan")
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def produce_all(bootstrap: str, topic: str, count: int) -> float:
-    gen = LoadGenerator(LoadProfile(payload_bytes=1024, seed=42))
-    p = producer(bootstrap)
+def finite(x: float, digits: int) -> float | None:
+    return None if x is None or math.isnan(x) or math.isinf(x) else round(x, digits)
+
+
+# ---------------------------------------------------------------------------------------------
+# Roles (each its own process: `store_ingest.py --role NAME --spec JSON`)
+# ---------------------------------------------------------------------------------------------
+
+def role_producer(spec: dict) -> None:
+    """Offer spec['rate'] records/s for spec['seconds'] from spec['start_at'] (wall clock).
+    Writes the hashes the store must hold (32 bytes each) to spec['out'] + '.hashes' and a JSON
+    summary to spec['out']."""
+    from tools.loadgen import LoadGenerator, LoadProfile, producer
+
+    gen = LoadGenerator(LoadProfile(payload_bytes=spec["payload_bytes"], seed=spec["seed"]))
+    p = producer(spec["bootstrap"], linger_ms=5, batch_size=1 << 20)
+    rate, seconds = spec["rate"], spec["seconds"]
+    delay = spec["start_at"] - time.time()
+    if delay > 0:
+        time.sleep(delay)
     began = time.monotonic()
-    for _ in range(count):
+    sent = behind = 0
+    while True:
+        now = time.monotonic()
+        if now - began >= seconds:
+            break
+        due = began + sent / rate
+        if due > now:
+            time.sleep(due - now)
+        elif now - due > 0.5:
+            behind += 1
         r = gen.next()
-        p.send(topic, key=r.key, value=r.value)
+        p.send(TOPIC, key=r.key, value=r.value)
+        sent += 1
+    took = time.monotonic() - began
     p.flush()
     p.close()
-    return count / (time.monotonic() - began)
+    Path(spec["out"] + ".hashes").write_bytes(b"".join(gen.truth.stored))
+    Path(spec["out"]).write_text(json.dumps({"sent": sent, "seconds": took, "stored": len(gen.truth.stored),
+                                             "flushed_at": time.time()}))
 
+
+def role_prober(spec: dict) -> None:
+    """Every 1/spec['rate'] s: produce a new message (acks=all), then poll bridge B with a store
+    v3 hash query until it answers it; one JSON line per probe to spec['out']."""
+    import trio
+
+    from core.message import message_hash
+    from ingest.store import codec_v3
+    from ingest.store.client import StoreClient
+    from schemas import pipeline_records_pb2 as pr
+    from schemas import waku_message_pb2 as wm
+    from tools.loadgen import producer
+
+    out = open(spec["out"], "a", buffering=1)
+    p = producer(spec["bootstrap"], linger_ms=0)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    async def probe(client, peer, seq: int) -> None:
+        now = time.time()
+        msg = wm.WakuMessage(payload=b"probe-%d-" % seq + os.urandom(16), content_topic=PROBE_CT,
+                             timestamp=int(now * 1e9))
+        h = message_hash(PROBE_PUBSUB, msg.payload, msg.content_topic, None, msg.timestamp)
+        value = pr.IngestRecord(pubsub_topic=PROBE_PUBSUB, message=msg, received_time=now,
+                                source=pr.RELAY, bridge_id="bench-probe").SerializeToString()
+        fut = p.send(TOPIC, key=h, value=value)
+        await trio.to_thread.run_sync(lambda: fut.get(timeout=60))
+        acked = time.perf_counter()
+        found, errors = None, 0
+        deadline = acked + spec["timeout_s"]
+        while time.perf_counter() < deadline:
+            try:
+                resp = await client.query_v3(peer, codec_v3.request(f"p{seq}", hashes=[h]))
+                if resp.status_code == 200 and len(resp.messages) == 1:
+                    found = time.perf_counter()
+                    break
+            except Exception:  # noqa: BLE001 - counted; the probe goes on
+                errors += 1
+            await trio.sleep(0.005)
+        out.write(json.dumps({"hash": h.hex(), "ms": None if found is None else (found - acked) * 1000,
+                              "errors": errors}) + "\n")
+
+    async def main() -> None:
+        async with StoreClient.running(timeout=15) as client:
+            peer = await client.connect(spec["peer"])
+            async with trio.open_nursery() as nursery:
+                seq, nxt = 0, trio.current_time()
+                while not stop.is_set():
+                    nursery.start_soon(probe, client, peer, seq)
+                    seq += 1
+                    nxt += 1.0 / spec["rate"]
+                    await trio.sleep(max(0.0, nxt - trio.current_time()))
+
+    trio.run(main)
+    p.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Watching Delta commits
+# ---------------------------------------------------------------------------------------------
 
 class DeltaWatcher(threading.Thread):
-    """Follows the Delta log of `messages`; records (visible_time - kafka append time) per row."""
+    """Follows the Delta log of `messages`. For each version: its commit time (the log entry's
+    mtime), and per added file the rows' hash prefixes (first 8 bytes) and Kafka append times."""
 
-    def __init__(self, path: str, interval_s: float = 0.05) -> None:
+    def __init__(self, path: Path, interval_s: float = 0.05) -> None:
         super().__init__(daemon=True)
         self.path, self.interval_s = path, interval_s
-        self.latencies: list[float] = []
+        self.commits: list[tuple[int, float, int]] = []  # (version, commit time, rows added)
+        self.prefixes: list = []  # numpy uint64 arrays
+        self.latencies: list = []  # numpy float arrays (commit time - kafka append time, s)
         self.stop_event = threading.Event()
+        self.version = 0
 
     def run(self) -> None:
-        import pyarrow.parquet as pq
-
-        version = 0
         while not self.stop_event.is_set():
-            log = Path(self.path) / "_delta_log" / f"{version:020d}.json"
-            if not log.exists():
+            if not self.step():
                 time.sleep(self.interval_s)
-                continue
-            seen = time.time()
-            for f in self._added_files(version):
-                col = pq.read_table(os.path.join(self.path, f), columns=["kafka_timestamp"]).column(0)
-                for ts in col.to_pylist():
-                    if ts is not None:  # Spark stores UTC wall time; pyarrow returns it naive
-                        ts = ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
-                        self.latencies.append(seen - ts.timestamp())
-            version += 1
 
-    def _added_files(self, version: int) -> list[str]:
-        log = Path(self.path) / "_delta_log" / f"{version:020d}.json"
-        out = []
-        for line in log.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                out.append(action["add"]["path"])
-        return out
+    def step(self) -> bool:
+        entry = self.path / "_delta_log" / f"{self.version:020d}.json"
+        if not entry.exists():
+            return False
+        committed = entry.stat().st_mtime
+        added = [json.loads(line)["add"]["path"] for line in entry.read_text().splitlines()
+                 if line.startswith('{"add"')]
+        rows = 0
+        for f in added:
+            rows += self._read(self.path / f, committed)
+        self.commits.append((self.version, committed, rows))
+        self.version += 1
+        return True
+
+    def _read(self, file: Path, committed: float) -> int:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from urllib.parse import unquote
+
+        t = pq.read_table(Path(unquote(str(file))), columns=["message_hash", "kafka_timestamp"])
+        if t.num_rows == 0:
+            return 0
+        hashes = t.column("message_hash").combine_chunks().cast(pa.binary())
+        offsets = np.frombuffer(hashes.buffers()[1], dtype=np.int32)[hashes.offset:hashes.offset + len(hashes) + 1]
+        data = np.frombuffer(hashes.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+        self.prefixes.append(data.reshape(-1, 32)[:, :8].copy().view(np.uint64).ravel())
+        ts = t.column("kafka_timestamp").combine_chunks().cast(pa.timestamp("us")).cast(pa.int64())
+        self.latencies.append(committed - ts.to_numpy(zero_copy_only=False) / 1e6)
+        return t.num_rows
+
+
+# ---------------------------------------------------------------------------------------------
+# The harness
+# ---------------------------------------------------------------------------------------------
+
+BATCH_LINE = re.compile(r"batch (\d+): (\d+) in, (\d+) stored.*\(([\d.]+)s: (\{.*\})\)")
+
+
+def batch_figures(job_log: Path, after_batch: int) -> dict:
+    """Per-batch times the store job logs (`batch N: ... (T s: {phase: s})`), load batches only."""
+    import ast
+
+    times, inputs, phases = [], [], {}
+    for line in job_log.read_text(errors="replace").splitlines():
+        m = BATCH_LINE.search(line)
+        if not m or int(m.group(1)) <= after_batch:
+            continue
+        times.append(float(m.group(4)))
+        inputs.append(int(m.group(2)))
+        for k, v in ast.literal_eval(m.group(5)).items():
+            phases.setdefault(k, []).append(v)
+    if not times:
+        return {"batches": 0}
+    return {"batches": len(times), "batch_p50_s": round(percentile(times, 50), 2),
+            "batch_max_s": round(max(times), 2), "batch_rows_mean": round(sum(inputs) / len(inputs)),
+            "batch_phase_p50_s": {k: round(percentile(v, 50), 3) for k, v in phases.items()}}
+
+
+def last_batch(job_log: Path) -> int:
+    ids = [int(m.group(1)) for m in map(BATCH_LINE.search, job_log.read_text(errors="replace").splitlines()) if m]
+    return max(ids) if ids else -1
+
+
+
+# ---------------------------------------------------------------------------------------------
+# --profile: one store job's micro-batches, stage by stage (in-process, same input every run)
+# ---------------------------------------------------------------------------------------------
+
+def profile(args) -> dict:
+    """Produce `--profile` seeded records, run the store query in this process (available-now,
+    `--max-offsets` records per batch) with Spark's event log on, and report per batch: wall
+    time, the writer's phases, every Spark job (duration, call site) and every Delta commit.
+    `--untimed-share` clears the sender timestamp of that share of the valid records, so the
+    global de-duplication check (untimed copies against every stored untimed row) runs."""
+    from core.config import load_config
+    from core.settings import WarehouseSettings
+    from core.spark_conf import SparkSettings
+    from pipeline.spark.session import build_session
+    from pipeline.store import job as store_job
+    from pipeline.store.settings import StoreJobSettings
+    from schemas import pipeline_records_pb2 as pr
+    from tools.embedded_kafka import EmbeddedKafka
+    from tools.loadgen import LoadGenerator, LoadProfile, produce
+
+    t_start = time.time()
+    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="waku-bench-profile-"))
+    (tmp / "events").mkdir(parents=True, exist_ok=True)
+    broker = EmbeddedKafka(data_dir=tmp / "kafka", port=free_port(), controller_port=free_port(),
+                           jar_dir=REPO / ".cache/jars/kafka", heap="-Xmx1g")
+    broker.start()
+    out: dict = {}
+    try:
+        from core.kafka import ensure_topics
+
+        ensure_topics(broker.bootstrap_servers, {TOPIC: 4})
+        gen = LoadGenerator(LoadProfile(payload_bytes=args.payload_bytes, seed=42))
+        records = gen.batch(args.profile)
+        if args.untimed_share:
+            import random
+
+            rnd = random.Random(7)
+            for r in records:
+                rec = pr.IngestRecord()
+                try:
+                    rec.ParseFromString(r.value)
+                except Exception:  # noqa: BLE001 - an invalid record stays as it is
+                    continue
+                if rec.HasField("message") and rec.message.timestamp and rnd.random() < args.untimed_share:
+                    rec.message.ClearField("timestamp")
+                    r.value = rec.SerializeToString()
+        produce(broker.bootstrap_servers, TOPIC, records)
+        def cfg_for(run: str):
+            return load_config([f"kafka.bootstrap_servers={broker.bootstrap_servers}",
+                                f"warehouse.root={tmp / run / 'wh'}", f"warehouse.checkpoints={tmp / run / 'cp'}",
+                                f"spark.master={args.master}", "spark.shuffle_partitions=2",
+                                f"store.max_offsets_per_trigger={args.max_offsets}",
+                                "spark.options=spark.eventLog.enabled=true,spark.eventLog.compress=false,"
+                                f"spark.eventLog.rolling.enabled=false,spark.eventLog.dir=file://{tmp / 'events'}"])
+
+        spark = build_session(SparkSettings.from_config(cfg_for("run0")), "store-profile")
+        windows: list[tuple] = []  # (batch id, start, end, phases, input rows, writer name)
+        import importlib.util
+        import inspect
+
+        current = store_job.write_batch
+        writers = {"current": current}
+        if args.writer:  # another version of pipeline/store/writer.py (before/after comparisons)
+            spec = importlib.util.spec_from_file_location("writer_under_test", args.writer)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["writer_under_test"] = module
+            spec.loader.exec_module(module)
+            writers = {"other": module.write_batch}
+            if args.compare:  # then the current one, in the same session over the same input
+                writers = {"other": module.write_batch, "current": current}
+        rounds = list(writers)
+        began = time.monotonic()
+        for i, name in enumerate(rounds):
+            real = writers[name]
+            takes_marks = len(inspect.signature(real).parameters) > 3
+
+            def timed(batch, batch_id, settings, *rest, real=real, takes_marks=takes_marks, name=name):
+                t0 = time.time()
+                stats = real(batch, batch_id, settings, *(rest if takes_marks else ()))
+                windows.append((batch_id, t0, time.time(), dict(stats.phase_seconds), stats.input_rows, name))
+                log(f"{name} batch {batch_id}: {stats.input_rows} in, {stats.stored_rows} stored, "
+                    f"{time.time() - t0:.2f} s {stats.phase_seconds}")
+                return stats
+
+            store_job.write_batch = timed
+            try:
+                q = store_job.start_store_query(spark, StoreJobSettings.from_config(cfg_for(f"run{i}")),
+                                                available_now=True)
+                # A budget keeps the run short on a shared machine: what finished by then is reported.
+                if not q.awaitTermination(max(1.0, args.profile_budget - (time.time() - t_start))):
+                    q.stop()
+                    out["stopped_by_budget"] = True
+                    break
+            finally:
+                store_job.write_batch = current
+        out["catch_up_s"] = round(time.monotonic() - began, 1)
+        out["catch_up_per_s"] = round(sum(w[4] for w in windows) / (time.monotonic() - began))
+        out["stored_rows"] = spark.read.format("delta").load(str(tmp / "run0" / "wh" / "messages")).count()
+        spark.stop()
+        (tmp / "windows.json").write_text(json.dumps(windows))
+
+        jobs: dict[int, dict] = {}
+        for f in (tmp / "events").rglob("*"):
+            if not f.is_file() or f.name.startswith("."):
+                continue
+            for line in f.read_text().splitlines():
+                e = json.loads(line)
+                if e["Event"] == "SparkListenerJobStart":
+                    props = e.get("Properties") or {}
+                    jobs[e["Job ID"]] = {"start": e["Submission Time"] / 1000,
+                                         "site": props.get("callSite.short", ""),
+                                         "desc": props.get("spark.job.description") or ""}
+                elif e["Event"] == "SparkListenerJobEnd" and e["Job ID"] in jobs:
+                    jobs[e["Job ID"]]["end"] = e["Completion Time"] / 1000
+        commits = []
+        for log_dir in tmp.glob("run*/wh/*/_delta_log"):
+            for entry in sorted(log_dir.glob("*.json")):
+                for line in entry.read_text().splitlines():
+                    if line.startswith('{"commitInfo"'):
+                        ci = json.loads(line)["commitInfo"]
+                        commits.append((ci["timestamp"] / 1000, log_dir.parent.name, ci.get("operation")))
+        batches = []
+        for batch_id, t0, t1, phases, rows, name in windows:
+            js = [j for j in jobs.values() if t0 <= j["start"] <= t1 + 0.001]
+            batches.append({
+                "writer": name, "batch": batch_id, "rows": rows, "seconds": round(t1 - t0, 2), "phases": phases,
+                "spark_jobs": [(round(j.get("end", t1) - j["start"], 2), j["desc"].split("\n")[-1][:40] or j["site"][:40])
+                               for j in sorted(js, key=lambda j: j["start"])],
+                "spark_job_seconds": round(sum(j.get("end", t1) - j["start"] for j in js), 2),
+                "delta_commits": [(table, op) for ts, table, op in commits if t0 <= ts <= t1 + 0.5]})
+            print(json.dumps(batches[-1]), flush=True)
+        # Steady batches: full ones (input at max_offsets), not the session's first (JIT warm-up).
+        full = [b for b in batches[1:] if b["rows"] >= 0.9 * args.max_offsets]
+        for name in dict.fromkeys(b["writer"] for b in batches):
+            mine = [b for b in full if b["writer"] == name]
+            if not mine:
+                continue
+            prefix = "" if len(writers) == 1 else f"{name}_"
+            phases = {k: round(sum(b["phases"].get(k, 0) for b in mine) / len(mine), 3)
+                      for k in dict.fromkeys(k for b in mine for k in b["phases"])}
+            out.update({f"{prefix}batches": len(mine),
+                        f"{prefix}batch_mean_s": round(sum(b["seconds"] for b in mine) / len(mine), 2),
+                        f"{prefix}batch_p50_s": round(percentile([b["seconds"] for b in mine], 50), 2),
+                        f"{prefix}phase_mean_s": phases,
+                        f"{prefix}spark_jobs_per_batch": round(sum(len(b["spark_jobs"]) for b in mine) / len(mine), 1),
+                        f"{prefix}spark_job_seconds_per_batch": round(sum(b["spark_job_seconds"] for b in mine) / len(mine), 2),
+                        f"{prefix}delta_commits_per_batch": round(sum(len(b["delta_commits"]) for b in mine) / len(mine), 1)})
+        out.update(first_batch_s=batches[0]["seconds"] if batches else None, records=args.profile,
+                   max_offsets_per_trigger=args.max_offsets, untimed_share=args.untimed_share)
+    finally:
+        broker.stop()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--records", type=int, default=None)
-    parser.add_argument("--rate", type=float, default=10_000.0, help="offered load of the latency run")
-    parser.add_argument("--seconds", type=float, default=None, help="length of the latency run")
+    parser.add_argument("--quick", action="store_true", help="20 s of load (default 120 s), 30 s drain, 20,000 offsets a batch, probes time out after 5 s (30 s)")
+    parser.add_argument("--rate", type=float, default=50_000.0, help="offered records/s, all producers")
+    parser.add_argument("--producers", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=None, help="length of the load")
+    parser.add_argument("--drain", type=float, default=None, help="max wait for the job to catch up")
+    parser.add_argument("--max-offsets", type=int, default=None,
+                        help="store.max_offsets_per_trigger (default 50,000; 20,000 with --quick)")
+    parser.add_argument("--trigger-seconds", type=float, default=0.5, help="store.trigger_seconds")
+    parser.add_argument("--payload-bytes", type=int, default=1024)
+    parser.add_argument("--probe-rate", type=float, default=5.0, help="queryable probes per second")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--keep", default=None, help="run in this directory and keep it")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="instead: profile the store job's batches over N seeded records, in-process")
+    parser.add_argument("--profile-budget", type=float, default=170.0,
+                        help="--profile: stop the query after this many seconds from the start")
+    parser.add_argument("--writer", default=None, help="--profile: path of another writer.py to profile")
+    parser.add_argument("--compare", action="store_true",
+                        help="--profile with --writer: that writer, then the current one, in one session")
+    parser.add_argument("--untimed-share", type=float, default=0.0,
+                        help="--profile: share of valid records without sender timestamp")
+    parser.add_argument("--role", choices=["producer", "prober"], help=argparse.SUPPRESS)
+    parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    records = args.records or (100_000 if args.quick else 1_000_000)
-    seconds = args.seconds or (20.0 if args.quick else 60.0)
+    if args.role:
+        {"producer": role_producer, "prober": role_prober}[args.role](json.loads(args.spec))
+        return 0
+    if args.max_offsets is None:
+        args.max_offsets = 20_000 if args.quick or args.profile else 50_000
+    if args.profile:
+        load_start = os.getloadavg()
+        out = profile(args)
+        out.update(load_avg_start=[round(x, 2) for x in load_start],
+                   load_avg_end=[round(x, 2) for x in os.getloadavg()], date=time.strftime("%Y-%m-%d"))
+        print(json.dumps(out), flush=True)
+        return 0
+    seconds = args.seconds or (20.0 if args.quick else 120.0)
+    drain = args.drain or (30.0 if args.quick else 60.0)
 
-    tmp = Path(tempfile.mkdtemp(prefix="waku-bench-store-"))
-    port, controller = free_port(), free_port()
-    broker = EmbeddedKafka(tmp / "kafka", port=port, controller_port=controller, heap="-Xmx1g")
+    import numpy as np
+
+    from core.kafka import ensure_topics
+    from tools.embedded_kafka import EmbeddedKafka
+    from tools.loadgen import LoadGenerator, LoadProfile, produce
+    from tools.processes import start_bridge
+
+    load_start = os.getloadavg()
+    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="waku-bench-store-"))
+    (tmp / "logs").mkdir(parents=True, exist_ok=True)
+    kport, cport = free_port(), free_port()
+    broker = EmbeddedKafka(data_dir=tmp / "kafka", port=kport, controller_port=cport,
+                           jar_dir=REPO / ".cache/jars/kafka", heap="-Xmx1g")
     broker.start()
     bootstrap = broker.bootstrap_servers
+    overrides = [
+        f"kafka.bootstrap_servers={bootstrap}", f"warehouse.root={tmp / 'warehouse'}",
+        f"warehouse.checkpoints={tmp / 'checkpoints'}", f"spark.master={args.master}",
+        "spark.shuffle_partitions=2", f"store.trigger_seconds={args.trigger_seconds}",
+        f"store.max_offsets_per_trigger={args.max_offsets}", "job_metrics.store_port=0",
+    ]
+    procs: list[subprocess.Popen] = []
+    bridge = None
     results: dict[str, object] = {}
     try:
-        broker.create_topics({"bench.throughput": 4, "bench.latency": 4})
-        print(f"producing {records} records (1 KiB payloads) ...", flush=True)
-        results["produce_per_s"] = round(produce_all(bootstrap, "bench.throughput", records))
-        print(f"  produced at {results['produce_per_s']}/s", flush=True)
+        ensure_topics(bootstrap, {TOPIC: 4})
+        job_log = tmp / "logs" / "store-job.log"
+        submitted = time.time()
+        job = subprocess.Popen([str(REPO / "spark-submit.sh"), "store",
+                                *[a for o in overrides for a in ("--set", o)]],
+                               stdout=job_log.open("ab"), stderr=subprocess.STDOUT, cwd=REPO,
+                               start_new_session=True)
+        procs.append(job)
+        bridge = start_bridge(overrides + [
+            f"bridge.key_file={tmp / 'b' / 'key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
+            "bridge.ws_port=-1", "bridge.metrics_port=-1", "store_service.enabled=true",
+            "store_service.refresh_interval_s=0.5", "store_service.max_queries_per_peer_per_s=0",
+            "filter.enabled=false", "bridge.lightpush_enabled=false"],
+            log=(tmp / "logs" / "bridge-b.log").open("a"), timeout=120)
+        peer = bridge.tcp_addr.replace("0.0.0.0", "127.0.0.1")
+        log(f"bridge B at {peer}; store job submitted (log {job_log})")
 
-        from core.settings import WarehouseSettings
-        from core.spark_conf import SparkSettings
-        from pipeline.spark.session import build_session
-        from pipeline.store.settings import StoreJobSettings
-        from pipeline.store.job import start_store_query
-        from pipeline.store.tables import ensure_store_tables
+        # Warm-up: start-up of the job is measured apart (submit -> first Delta commit of rows).
+        produce(bootstrap, TOPIC, LoadGenerator(LoadProfile(payload_bytes=args.payload_bytes, seed=999)).batch(2000))
+        messages = tmp / "warehouse" / "messages"
+        watcher = DeltaWatcher(messages)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if job.poll() is not None:
+                raise RuntimeError(f"store job exited with {job.returncode}: see {job_log}")
+            if (messages / "_delta_log").exists():
+                while watcher.step():
+                    pass
+                if any(rows for _, _, rows in watcher.commits):
+                    break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("store job made no commit in 300 s")
+        first = next(t for _, t, rows in watcher.commits if rows)
+        results["startup_s"] = round(first - submitted, 1)
+        warm_batch = last_batch(job_log)
+        log(f"start-up: first commit {results['startup_s']} s after spark-submit; load starts")
 
-        def cfg(topic: str, name: str, extra: list[str] = ()):  # type: ignore[assignment]
-            return load_config([f"kafka.bootstrap_servers={bootstrap}", f"topics.messages={topic}",
-                                f"warehouse.root={tmp / name / 'wh'}",
-                                f"warehouse.checkpoints={tmp / name / 'cp'}",
-                                "spark.master=local[2]", "spark.shuffle_partitions=4", *extra])
-
-        c1 = cfg("bench.throughput", "throughput")
-        spark = build_session(SparkSettings.from_config(c1), "bench-store")
-        ensure_store_tables(spark, WarehouseSettings.from_config(c1))
-        print("store job catching up (available-now) ...", flush=True)
-        began = time.monotonic()
-        q = start_store_query(spark, StoreJobSettings.from_config(c1), available_now=True)
-        q.awaitTermination()
-        took = time.monotonic() - began
-        stored = spark.read.format("delta").load(c1.table_path("messages")).count()
-        results.update(messages_per_s=round(records / took), throughput_records=records,
-                       throughput_stored_rows=stored, throughput_seconds=round(took, 1))
-        print(f"  {records} records in {took:.1f}s: {records / took:.0f}/s ({stored} rows stored)", flush=True)
-
-        c2 = cfg("bench.latency", "latency", ["store.trigger_seconds=0.5", "store.starting_offsets=latest"])
-        ensure_store_tables(spark, WarehouseSettings.from_config(c2))
-        watcher = DeltaWatcher(c2.table_path("messages"))
+        start_at = time.time() + 2.0
+        per = args.rate / args.producers
+        for i in range(args.producers):
+            spec = {"bootstrap": bootstrap, "rate": per, "seconds": seconds, "seed": 100 + i,
+                    "payload_bytes": args.payload_bytes, "start_at": start_at,
+                    "out": str(tmp / f"producer-{i}.json")}
+            procs.append(subprocess.Popen([sys.executable, __file__, "--role", "producer", "--spec", json.dumps(spec)],
+                                          stdout=(tmp / "logs" / f"producer-{i}.log").open("ab"),
+                                          stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True))
+        probe_out = tmp / "probes.jsonl"
+        prober = subprocess.Popen([sys.executable, __file__, "--role", "prober", "--spec", json.dumps(
+            {"bootstrap": bootstrap, "peer": peer, "rate": args.probe_rate, "timeout_s": 5.0 if args.quick else 30.0,
+             "out": str(probe_out)})], stdout=(tmp / "logs" / "prober.log").open("ab"),
+            stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+        procs.append(prober)
+        load_commit_from = watcher.version
         watcher.start()
-        q = start_store_query(spark, StoreJobSettings.from_config(c2), query_name="store_latency")
-        while not q.recentProgress:  # the query has made its first (empty) batch
-            time.sleep(0.2)
-        print(f"offering {args.rate:.0f} msg/s for {seconds:.0f}s ...", flush=True)
-        gen = LoadGenerator(LoadProfile(payload_bytes=1024, seed=7))
-        p = producer(bootstrap, linger_ms=2)
-        sent = 0
-        start = time.monotonic()
-        while time.monotonic() - start < seconds:
-            due = start + sent / args.rate
-            now = time.monotonic()
-            if due > now:
-                time.sleep(due - now)
-            r = gen.next()
-            p.send("bench.latency", key=r.key, value=r.value)
-            sent += 1
-        p.flush()
-        offered = sent / (time.monotonic() - start)
-        time.sleep(10)  # let the last batches commit
-        q.stop()
+        producers = procs[1:1 + args.producers]
+        for i, p in enumerate(producers):
+            if p.wait(seconds + 120) != 0:
+                raise RuntimeError(f"producer {i} exited with {p.returncode}: see {tmp / 'logs'}")
+        ended = time.time()
+        summaries = [json.loads((tmp / f"producer-{i}.json").read_text()) for i in range(args.producers)]
+        sent = sum(s["sent"] for s in summaries)
+        results["offered_per_s"] = round(sent / max(s["seconds"] for s in summaries))
+        results["offered_records"] = sent
+        log(f"offered {sent} records in {seconds:.0f} s: {results['offered_per_s']}/s; draining")
+        prober.send_signal(signal.SIGTERM)
+
+        expected = np.concatenate([np.frombuffer((tmp / f"producer-{i}.json.hashes").read_bytes(), dtype=np.uint8)
+                                   .reshape(-1, 32)[:, :8].copy().view(np.uint64).ravel()
+                                   for i in range(args.producers)])
+
+        def committed_count() -> int:
+            got = np.concatenate(watcher.prefixes) if watcher.prefixes else np.empty(0, np.uint64)
+            return int(np.isin(expected, got).sum())
+
+        drain_end = time.monotonic() + drain
+        while time.monotonic() < drain_end and committed_count() < len(expected):
+            time.sleep(1.0)
+        try:
+            prober.wait(40)
+        except subprocess.TimeoutExpired:
+            prober.kill()
         watcher.stop_event.set()
-        watcher.join(10)
-        lat = watcher.latencies
-        results.update(offered_rate=round(offered), latency_rows=len(lat),
-                       latency_p50_s=round(percentile(lat, 50), 3), latency_p99_s=round(percentile(lat, 99), 3))
-        print(f"  offered {offered:.0f}/s; {len(lat)} rows seen; latency p50 {results['latency_p50_s']}s "
-              f"p99 {results['latency_p99_s']}s", flush=True)
-        spark.stop()
+        watcher.join(30)
+
+        # Committed latency over every message the store must hold.
+        got = np.concatenate(watcher.prefixes) if watcher.prefixes else np.empty(0, np.uint64)
+        lat = np.concatenate(watcher.latencies) if watcher.latencies else np.empty(0)
+        order = np.argsort(got, kind="stable")
+        got, lat = got[order], lat[order]
+        idx = np.clip(np.searchsorted(got, expected), 0, max(len(got) - 1, 0))
+        hit = (got[idx] == expected) if len(got) else np.zeros(len(expected), bool)
+        per_msg = np.where(hit, lat[idx] if len(lat) else 0.0, np.inf)
+        missing = int((~hit).sum())
+        committed = per_msg[hit]
+        results.update(
+            expected_messages=int(len(expected)), missing=missing,
+            committed_p50_s=finite(float(np.percentile(per_msg, 50, method="nearest")), 3) if len(per_msg) else None,
+            committed_p99_s=finite(float(np.percentile(per_msg, 99, method="nearest")), 3) if len(per_msg) else None,
+            committed_p50_of_committed_s=round(float(np.percentile(committed, 50)), 3) if len(committed) else None,
+            committed_p99_of_committed_s=round(float(np.percentile(committed, 99)), 3) if len(committed) else None)
+
+        # Steady-state throughput: rows committed between the first and the last load commit.
+        load_commits = [(t, rows) for v, t, rows in watcher.commits if v >= load_commit_from and rows]
+        if len(load_commits) >= 2:
+            t0, t1 = load_commits[0][0], load_commits[-1][0]
+            rows = sum(r for _, r in load_commits[1:])
+            results["messages_per_s"] = round(rows / (t1 - t0)) if t1 > t0 else None
+            in_load = [(t, r) for t, r in load_commits if t <= ended]
+            if len(in_load) >= 2:
+                results["messages_per_s_during_load"] = round(
+                    sum(r for _, r in in_load[1:]) / (in_load[-1][0] - in_load[0][0]))
+            results["load_commits"] = len(load_commits)
+        else:
+            results["messages_per_s"] = None
+
+        probes = [json.loads(line) for line in probe_out.read_text().splitlines()] if probe_out.exists() else []
+        q = [pr["ms"] if pr["ms"] is not None else math.inf for pr in probes]
+        results.update(
+            queryable_sample=len(probes), queryable_missing=sum(1 for pr in probes if pr["ms"] is None),
+            queryable_p50_ms=finite(percentile(q, 50), 1), queryable_p99_ms=finite(percentile(q, 99), 1),
+            queryable_max_ms=finite(max(q), 1) if q else None)
+        results.update(batch_figures(job_log, warm_batch))
     finally:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        if bridge is not None:
+            bridge.stop(20)
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
         broker.stop()
-    results.update(cores=os.cpu_count(), python=platform.python_version(), quick=args.quick,
-                   date=time.strftime("%Y-%m-%d"))
-    print(json.dumps(results))
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    results.update(load_avg_start=[round(x, 2) for x in load_start],
+                   load_avg_end=[round(x, 2) for x in os.getloadavg()],
+                   rate_asked=args.rate, producers=args.producers, seconds=seconds,
+                   max_offsets_per_trigger=args.max_offsets, trigger_seconds=args.trigger_seconds,
+                   payload_bytes=args.payload_bytes, probe_rate=args.probe_rate, master=args.master,
+                   cores=os.cpu_count(), quick=args.quick, date=time.strftime("%Y-%m-%d"))
+    print(json.dumps(results), flush=True)
     return 0
 
 
