@@ -71,9 +71,27 @@ class FilterClient:
 
     async def connect(self, peer: str | PeerInfo, timeout: float = 10.0) -> None:
         info = parse_peer(peer) if isinstance(peer, str) else peer
+        self.forget_closed(info.peer_id)
         with trio.fail_after(timeout):
             await self.host.connect(info)
         self.service = info.peer_id
+
+    def forget_closed(self, peer_id: Any) -> int:
+        """Drop connections to `peer_id` that are closed or closing but still listed by the swarm.
+        py-libp2p 0.8 keeps a connection listed when its close began but did not finish (a peer
+        killed while streams were open): dials then reuse it and every new stream fails."""
+        swarm = self.host.get_network()
+        conns = swarm.connections.get(peer_id) or []
+        if not isinstance(conns, list):
+            conns = [conns]
+        dropped = 0
+        for conn in list(conns):
+            muxed = getattr(conn, "muxed_conn", None)
+            closing = getattr(conn, "event_closed", None)
+            if (closing is not None and closing.is_set()) or bool(getattr(muxed, "is_closed", False)):
+                swarm.remove_conn(conn)
+                dropped += 1
+        return dropped
 
     # -- v2 requests --------------------------------------------------------------------------
 
