@@ -120,6 +120,11 @@ class _OneLine(logging.Filter):
     summary."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("libp2p.transport") and str(record.msg).startswith("Failed to open TCP stream"):
+            # a refused dial, logged at ERROR by the transport: the dialer (a client's connect,
+            # the bridge's static-peer redial) reports it once in its own words
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         if record.name.startswith("libp2p") and "\n" in str(record.msg):
             lines = [ln.strip() for ln in record.getMessage().splitlines() if ln.strip()]
             record.msg, record.args = " ".join(lines[:2]), None
@@ -265,6 +270,43 @@ def gate_stream_handlers(host: IHost, gate: StreamGate) -> None:
 
 
 MUXERS = {"yamux": (TProtocol(YAMUX_PROTOCOL_ID), Yamux), "mplex": (TProtocol(MPLEX_PROTOCOL_ID), Mplex)}
+
+
+async def dial(host: IHost, info: Any, timeout: float = 10.0) -> None:
+    """Connect to `info` (a PeerInfo) now, whatever py-libp2p remembers of earlier attempts.
+
+    The caller owns the retry policy (the bridge's static-peer backoff, a client's reconnect
+    loop); py-libp2p 0.8 adds two memories that defeat it after a peer restarts:
+    - a negative cache: once every address of a peer failed, each dial is refused for 60 s
+      without trying ("recently failed all addresses"), so a peer back after 3 s is unreachable
+      for a minute;
+    - a connection whose close began but did not finish (the peer was killed while streams
+      were open) stays listed, and dials reuse it: every new stream on it fails.
+    Both are dropped here before dialing."""
+    swarm = host.get_network()
+    forget_closed(host, info.peer_id)
+    unblock = getattr(swarm, "unblock_peer", None)
+    if unblock is not None:
+        unblock(info.peer_id)
+    with trio.fail_after(timeout):
+        await host.connect(info)
+
+
+def forget_closed(host: IHost, peer_id: Any) -> int:
+    """Drop connections to `peer_id` that are closed or closing but still listed by the swarm;
+    how many were dropped."""
+    swarm = host.get_network()
+    conns = swarm.connections.get(peer_id) or []
+    if not isinstance(conns, list):
+        conns = [conns]
+    dropped = 0
+    for conn in list(conns):
+        muxed = getattr(conn, "muxed_conn", None)
+        closing = getattr(conn, "event_closed", None)
+        if (closing is not None and closing.is_set()) or bool(getattr(muxed, "is_closed", False)):
+            swarm.remove_conn(conn)
+            dropped += 1
+    return dropped
 
 
 def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],

@@ -19,7 +19,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from core.message import check_message
 from core.records import ingest_key, ingest_value
 from ingest.filter.service import FilterService
-from ingest.host import ListenError, StreamGate, build_host, check_listen_addrs, listen_addrs, tls_server_context
+from ingest.host import ListenError, StreamGate, build_host, check_listen_addrs, dial, listen_addrs, tls_server_context
 from ingest.identity import load_or_create_key, peer_id_of
 from ingest.kafka_producer import IngestProducer, ProducerSettings
 from ingest.lightpush.protocol import Accepted, PushContext
@@ -212,8 +212,7 @@ class Bridge:
                 if self.host.get_network().connections.get(info.peer_id) or trio.current_time() < next_try.get(name, 0):
                     continue
                 try:
-                    with trio.fail_after(10):
-                        await self.host.connect(info)
+                    await dial(self.host, info, 10)
                     log.info("static peer %s connected%s", name,
                              f" after {failures[name]} failed attempts" if failures.get(name) else "")
                     failures.pop(name, None)

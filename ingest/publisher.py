@@ -20,7 +20,7 @@ from libp2p.peer.peerinfo import PeerInfo
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.tools.anyio_service import background_trio_service
 
-from ingest.host import build_host, listen_addrs
+from ingest.host import build_host, dial, listen_addrs
 from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC, RELAY_CODECS, Limits, relay_message_id
 from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
@@ -67,8 +67,7 @@ class Publisher:
 
     async def connect(self, peer: str | PeerInfo, timeout: float = 10.0) -> None:
         info = parse_peer(peer) if isinstance(peer, str) else peer
-        with trio.fail_after(timeout):
-            await self.host.connect(info)
+        await dial(self.host, info, timeout)
 
     async def wait_for_mesh(self, pubsub_topic: str = DEFAULT_PUBSUB_TOPIC, peers: int = 1,
                             timeout: float = 10.0) -> None:

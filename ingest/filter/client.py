@@ -30,7 +30,7 @@ from libp2p.peer.peerinfo import PeerInfo
 from ingest.filter.codec import (FILTER_PUSH_CODEC, FILTER_SUBSCRIBE_CODEC, FILTER_V00_CODEC, MAX_PUSH_BYTES,
                                  MAX_REQUEST_BYTES)
 from ingest.framing import frame, read_frame
-from ingest.host import build_host, listen_addrs
+from ingest.host import build_host, dial, forget_closed, listen_addrs
 from ingest.settings import parse_peer
 from schemas import filter_v00_pb2 as f00
 from schemas import filter_v2_pb2 as fv2
@@ -71,27 +71,12 @@ class FilterClient:
 
     async def connect(self, peer: str | PeerInfo, timeout: float = 10.0) -> None:
         info = parse_peer(peer) if isinstance(peer, str) else peer
-        self.forget_closed(info.peer_id)
-        with trio.fail_after(timeout):
-            await self.host.connect(info)
+        await dial(self.host, info, timeout)
         self.service = info.peer_id
 
     def forget_closed(self, peer_id: Any) -> int:
-        """Drop connections to `peer_id` that are closed or closing but still listed by the swarm.
-        py-libp2p 0.8 keeps a connection listed when its close began but did not finish (a peer
-        killed while streams were open): dials then reuse it and every new stream fails."""
-        swarm = self.host.get_network()
-        conns = swarm.connections.get(peer_id) or []
-        if not isinstance(conns, list):
-            conns = [conns]
-        dropped = 0
-        for conn in list(conns):
-            muxed = getattr(conn, "muxed_conn", None)
-            closing = getattr(conn, "event_closed", None)
-            if (closing is not None and closing.is_set()) or bool(getattr(muxed, "is_closed", False)):
-                swarm.remove_conn(conn)
-                dropped += 1
-        return dropped
+        """Drop connections to `peer_id` that are closed but still listed (see ingest.host.dial)."""
+        return forget_closed(self.host, peer_id)
 
     # -- v2 requests --------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from libp2p.peer.peerinfo import PeerInfo
 
 from core.store_page import StoreQuery
 from ingest.framing import FrameReader, frame
-from ingest.host import build_host
+from ingest.host import build_host, dial
 from ingest.settings import parse_peer
 from ingest.store.codec import STORE_CODEC, RemotePage, decode_rpc, page_from_response, query_to_proto
 from ingest.store.codec_v3 import STORE_V3_CODEC, decode_response
@@ -65,8 +65,7 @@ class StoreClient:
 
     async def connect(self, peer: str | PeerInfo) -> ID:
         info = parse_peer(peer) if isinstance(peer, str) else peer
-        with trio.fail_after(self.timeout):
-            await self.host.connect(info)
+        await dial(self.host, info, self.timeout)
         return info.peer_id
 
     async def send_raw(self, peer_id: ID, data: bytes) -> bytes | None:

@@ -209,6 +209,8 @@ class StoreServer:
         query, reason = plan(rpc, self.settings.limits)
         if query is not None and not self._per_peer.allow(peer_of(stream)):
             query, reason = None, "rate_limited"
+        if query is not None and not await self._caught_up():
+            query, reason = None, "catching_up"
         if query is not None:
             try:
                 page = await self._query(query)
@@ -229,6 +231,10 @@ class StoreServer:
         plan3, refusal = plan_v3(req, self.settings.limits)
         if plan3 is not None and not self._per_peer.allow(peer_of(stream)):
             plan3, refusal = None, (codec_v3.TOO_MANY_REQUESTS, "request rate limit reached")
+        if plan3 is not None and not await self._caught_up():
+            self.metrics.rejected.labels("catching_up").inc()
+            plan3, refusal = None, (codec_v3.SERVICE_UNAVAILABLE,
+                                    "the store is catching up with Kafka after a restart; retry shortly")
         if plan3 is None:
             code, detail = refusal
             out = codec_v3.response(req.request_id, code, detail)
@@ -264,6 +270,19 @@ class StoreServer:
                 query = query.with_cursor(page.cursor)
                 continue
             return codec_v3.OK, "", page.messages, page_cursor_v3(page, query.page_size)
+
+    async def _caught_up(self) -> bool:
+        """True once the fresh tail holds what Kafka held when it started (or without a tail).
+        Before that, waits up to tail.ready_wait_s: a restarted service answering from Delta
+        alone would take back messages it answered before (a walk that shrinks)."""
+        ready = self.follower.ready if self.follower is not None else None
+        if ready is None or ready.is_set():
+            return True
+        tail = self.settings.tail
+        deadline = trio.current_time() + (tail.ready_wait_s if tail is not None else 0.0)
+        while not ready.is_set() and trio.current_time() < deadline:
+            await trio.sleep(0.02)
+        return ready.is_set()
 
     async def _blocking(self, fn: Any, *args: Any) -> Any:
         if self.settings.max_concurrent_queries == 0:

@@ -60,17 +60,22 @@ class TailSettings:
     # local directory: start tail_lookback_s back in time instead.
     checkpoint_path: str = ""
     lookback_s: float = 600.0
+    # Until the tail holds what was in Kafka at start (after a restart), a query waits up to
+    # this long, then is answered "unavailable": answering from Delta alone would take back
+    # messages the service answered before it restarted.
+    ready_wait_s: float = 5.0
 
     @classmethod
     def from_config(cls, config: Config) -> "TailSettings":
         s = config["store_service"]
         if s["tail_max_messages"] < 1:
             raise ConfigError(f"store_service.tail_max_messages: expected at least 1, got {s['tail_max_messages']}")
-        if s["tail_lookback_s"] < 0:
-            raise ConfigError(f"store_service.tail_lookback_s: expected 0 or more, got {s['tail_lookback_s']}")
+        for key in ("tail_lookback_s", "tail_ready_wait_s"):
+            if s[key] < 0:
+                raise ConfigError(f"store_service.{key}: expected 0 or more, got {s[key]}")
         return cls(config.bootstrap_servers(), config.kafka_client_options(), config.get("topics.messages"),
                    Limits.from_config(config), s["tail_max_messages"], config.checkpoint_path("store"),
-                   s["tail_lookback_s"])
+                   s["tail_lookback_s"], s["tail_ready_wait_s"])
 
 
 def stored_form(value: bytes, limits: Limits, now: float) -> tuple[StoredMessage | None, str | None]:
@@ -405,6 +410,10 @@ class TailFollower:
             parts = None
             while not parts:
                 parts = consumer.partitions_for_topic(s.topic)
+                if not parts and not self.ready.is_set() and s.topic not in consumer.topics():
+                    # No such topic yet: nothing in Kafka to catch up with; follow it once it exists.
+                    log.info("store tail: topic %s does not exist yet; following it once it does", s.topic)
+                    self.ready.set()
                 if not parts and self._stop.wait(0.5):
                     return
             tps = [TopicPartition(s.topic, p) for p in sorted(parts)]

@@ -115,12 +115,15 @@ def apply_batch(batch: "DataFrame", path: str) -> dict[str, int]:
     table = DeltaTable.forPath(spark, path)
     if by_op.get("BRIDGE_RESTART"):
         # A bridge restarted empty: what an earlier run of it left (refreshed before the
-        # restart) is gone; what this run answered (later event times) stays.
+        # restart) is gone, and so are that run's events in this batch (earlier event times, any
+        # partition: the restart record is keyed "*"); what the new run answered stays.
         restarts = events.where(F.col("op") == "BRIDGE_RESTART").groupBy("bridge_id").agg(
             F.max("event_time").alias("restart_time"))
         (table.alias("t").merge(restarts.alias("s"), "t.bridge_id = s.bridge_id")
          .whenMatchedDelete(condition="t.last_refresh < s.restart_time")
          .execute())
+        events = events.join(F.broadcast(restarts), "bridge_id", "left").where(
+            F.col("restart_time").isNull() | (F.col("event_time") >= F.col("restart_time"))).drop("restart_time")
     peers, crit = net_effect(events.where(F.col("op") != "BRIDGE_RESTART"))
     if any(by_op.get(op) for op in (*RESET_OPS, "REFRESH")):
         (table.alias("t").merge(peers.alias("s"), "t.peer_id = s.peer_id AND t.bridge_id = s.bridge_id")

@@ -137,6 +137,7 @@ def role_lightpush(spec: dict) -> None:
 
     from core.message import hash_of
     from ingest.framing import FrameReader, frame
+    from ingest.host import dial
     from ingest.lightpush import codec
     from ingest.publisher import Publisher
     from ingest.settings import parse_peer
@@ -152,7 +153,7 @@ def role_lightpush(spec: dict) -> None:
         try:
             with trio.fail_after(15):
                 if not host.get_network().connections.get(info.peer_id):
-                    await host.connect(info)
+                    await dial(host, info, 15)
                 stream = await host.new_stream(info.peer_id, [TProtocol(codec.LIGHTPUSH_V3_CODEC)])
                 try:
                     await stream.write(frame(codec.v3_request(rid, msg, PUBSUB)))
@@ -204,6 +205,14 @@ def role_subscribers(spec: dict) -> None:
     rng = random.Random(spec["seed"])
     clients: list[FilterClient] = []
     stats = {"resubscribed": 0, "request_errors": 0}
+    error_kinds: dict[str, int] = {}
+
+    def note_error(exc: BaseException, where: str) -> None:
+        stats["request_errors"] += 1
+        kind = f"{where}: {type(exc).__name__}: {str(exc)[:120]}"
+        error_kinds[kind] = error_kinds.get(kind, 0) + 1
+        if error_kinds[kind] == 1:
+            print(f"subscribers: {kind}", file=sys.stderr, flush=True)
 
     async def drop_connection(c: FilterClient) -> None:
         if c.service is not None:
@@ -234,8 +243,8 @@ def role_subscribers(spec: dict) -> None:
                     await c.subscribe(PUBSUB, sorted(topics))
                 if {ct for (_, ct) in c.criteria} == topics:
                     return
-            except Exception:  # noqa: BLE001 - A down or restarting: dial it again
-                stats["request_errors"] += 1
+            except Exception as exc:  # noqa: BLE001 - A down or restarting: dial it again
+                note_error(exc, "ensure")
                 await drop_connection(c)
             await trio.sleep(0.5)
 
@@ -263,8 +272,8 @@ def role_subscribers(spec: dict) -> None:
                             stats["resubscribed"] += 1
                             c.criteria.clear()
                             await ensure(c, want)
-                    except Exception:  # noqa: BLE001 - A down or restarting: dial it again
-                        stats["request_errors"] += 1
+                    except Exception as exc:  # noqa: BLE001 - A down or restarting: dial it again
+                        note_error(exc, "ping")
                         await drop_connection(c)
                         await ensure(c, want)
                 nursery.cancel_scope.cancel()
@@ -280,7 +289,7 @@ def role_subscribers(spec: dict) -> None:
             await trio.sleep(0.5)
             nursery.cancel_scope.cancel()
         state = {"clients": [{"peer": c.peer_id.to_base58(), "criteria": sorted(ct for (_, ct) in c.criteria)}
-                             for c in clients], **stats}
+                             for c in clients], **stats, "error_kinds": error_kinds}
         Path(spec["state"]).write_text(json.dumps(state))
 
     trio.run(main)
@@ -400,13 +409,6 @@ class Run:
             f"warehouse.checkpoints={self.tmp / 'checkpoints'}",
             "spark.master=local[1]", "spark.shuffle_partitions=2",
             "store.trigger_seconds=1.0", "filter.subscriptions_trigger_seconds=0.5",
-            # The filter job as before issue 11 (micro-batch, criteria re-read from Delta), not
-            # the new defaults: with pushes flowing at the moment of the bridge's kill -9 (the
-            # resident criteria make them flow, in either trigger), the subscribers' requests all
-            # failed after its restart (no re-subscription, the table ended empty) while a fresh
-            # client reached the bridge at once. Cause not found yet (docs/reliability.md);
-            # issue 11 stays open for it.
-            "filter.trigger=microbatch", "filter.criteria=delta",
             "topics.messages_partitions=2", "topics.subscriptions_partitions=2", "topics.push_partitions=1",
             # the jobs' Prometheus endpoints on free ports (not the defaults another run may hold)
             "job_metrics.store_port=0", "job_metrics.subscriptions_port=0", "job_metrics.filter_port=0",

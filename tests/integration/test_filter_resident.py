@@ -2,11 +2,7 @@
 pipeline/filter/criteria.py) holds what the subscriptions job writes to Delta: the same seeded
 event sequences, realistic for a bridge (it refreshes and unsubscribes only what it holds; a
 restart empties it), applied to both, give the same rows — from events alone, and from the Delta
-snapshot plus a replay of events the snapshot already holds.
-
-Bridge restarts are left out of the sequences (`restarts=False`): the index discards a bridge's
-events older than its restart, while the subscriptions job applies a batch's pre-restart events
-after the restart's delete (a known difference, docs/reliability.md)."""
+snapshot plus a replay of events the snapshot already holds."""
 from __future__ import annotations
 
 import json
@@ -24,7 +20,7 @@ SEED = 20261123
 PTS = ("/waku/2/rs/1/0", "/waku/2/rs/1/1")
 
 
-def generate(seed: int, n: int, t0: float, restarts: bool = False) -> list[tuple[bytes, int]]:
+def generate(seed: int, n: int, t0: float) -> list[tuple[bytes, int]]:
     """(SubscriptionEvent bytes, partition) in Kafka order, as two bridges would produce them."""
     rng = random.Random(seed)
     held: dict[str, dict[str, set]] = {"A": {}, "B": {}}   # bridge -> peer -> {(pubsub, content)}
@@ -39,7 +35,7 @@ def generate(seed: int, n: int, t0: float, restarts: bool = False) -> list[tuple
         kind = rng.random()
         rid = f"r{rng.randrange(1000)}"
         part = int(peer[1:]) % 2
-        if kind < 0.03 and restarts:
+        if kind < 0.03:
             view.clear()
             out.append((pr.SubscriptionEvent(peer_id="*", bridge_id=bridge, op=pr.BRIDGE_RESTART,
                                              event_time=t).SerializeToString(), rng.randrange(2)))
