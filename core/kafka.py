@@ -29,6 +29,21 @@ def client_options(options: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
+def open_consumer(options: Mapping[str, Any], stop: Any, who: str, retry_s: float = 2.0) -> Any | None:
+    """A kafka-python KafkaConsumer with `options`, trying again every `retry_s` while Kafka
+    cannot be reached (one warning line per attempt, no traceback); None once `stop` (a
+    threading.Event) is set. For consumer threads that must outlive a broker's absence."""
+    from kafka import KafkaConsumer
+
+    while True:
+        try:
+            return KafkaConsumer(**options)
+        except Exception as exc:  # noqa: BLE001 - Kafka down: retry until stopped
+            log.warning("%s: cannot reach Kafka (%s), retrying", who, exc)
+            if stop.wait(retry_s):
+                return None
+
+
 def _leader(partition: Any) -> int:
     """The leader id in a describe_topics partition entry (key names differ across kafka-python)."""
     leader = partition.get("leader_id", partition.get("leader"))

@@ -61,8 +61,21 @@ def hash_of(pubsub_topic: str, msg: Any) -> bytes:
 
 @dataclass(frozen=True)
 class Limits:
+    """`[limits]` of the configuration: what a message may be (relay, lightpush: the first
+    two) and, for the store's rules (core/validation.py), how far its times may be off."""
     max_message_bytes: int = MAX_MESSAGE_BYTES
     max_meta_bytes: int = MAX_META_BYTES
+    max_clock_skew_s: float = 20.0
+    max_future_received_s: float = 60.0
+
+    @classmethod
+    def from_config(cls, config: Any) -> "Limits":
+        return cls(
+            max_message_bytes=config.get("limits.max_message_bytes"),
+            max_meta_bytes=config.get("limits.max_meta_bytes"),
+            max_clock_skew_s=config.get("limits.max_clock_skew_s"),
+            max_future_received_s=config.get("limits.max_future_received_s"),
+        )
 
 
 def check_message(data: bytes, limits: Limits = Limits()) -> tuple[Any | None, str | None]:

@@ -24,32 +24,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from core.message import message_hash, store_digest, timestamp_ns
+from core.message import Limits, message_hash, store_digest, timestamp_ns
 
-if TYPE_CHECKING:
-    from core.config import Config
 
 # The earliest receivedTime accepted: 2020-01-01 (Waku v2 did not exist before).
 MIN_RECEIVED_TIME = 1_577_836_800.0
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_message_bytes: int = 153_600
-    max_meta_bytes: int = 64
-    max_clock_skew_s: float = 20.0
-    max_future_received_s: float = 60.0
-
-    @classmethod
-    def from_config(cls, config: "Config") -> "Limits":
-        return cls(
-            max_message_bytes=config.get("limits.max_message_bytes"),
-            max_meta_bytes=config.get("limits.max_meta_bytes"),
-            max_clock_skew_s=config.get("limits.max_clock_skew_s"),
-            max_future_received_s=config.get("limits.max_future_received_s"),
-        )
 
 
 @dataclass

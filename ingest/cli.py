@@ -92,7 +92,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from ingest.settings import parse_peer
 
     config = config_from_args(args)
-    limits = Limits(config.get("limits.max_message_bytes"), config.get("limits.max_meta_bytes"))
+    limits = Limits.from_config(config)
     peers = [parse_peer(p, "--peer") for p in args.peer]
     why = check_pubsub_topic(args.pubsub_topic)
     if why:

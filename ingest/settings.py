@@ -95,7 +95,7 @@ class BridgeSettings:
                 raise ConfigError(f"bridge.{key}: expected a positive number of seconds, got {b[key]}")
         if b["producer_linger_ms"] < 0:
             raise ConfigError(f"bridge.producer_linger_ms: expected 0 or more, got {b['producer_linger_ms']}")
-        limits = Limits(config.get("limits.max_message_bytes"), config.get("limits.max_meta_bytes"))
+        limits = Limits.from_config(config)
         if b["max_rpc_bytes"] <= limits.max_message_bytes:
             raise ConfigError(f"bridge.max_rpc_bytes: must exceed limits.max_message_bytes "
                               f"({limits.max_message_bytes}), got {b['max_rpc_bytes']}")

@@ -30,6 +30,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from tools.processes import pid_alive
+
 log = logging.getLogger("tools.embedded_kafka")  # the same name under python -m
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -106,19 +108,9 @@ def _find_java() -> str:
     return found
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _is_kafka_process(pid: int) -> bool:
     """True if `pid` is alive and (where /proc tells) runs kafka.Kafka, so a recycled pid is not hit."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     cmdline = Path(f"/proc/{pid}/cmdline")
     try:
@@ -507,9 +499,9 @@ def stop_from_pid_file(data_dir: str | os.PathLike[str] | None = None) -> int | 
         return None
     _signal_group(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while _pid_alive(pid) and time.monotonic() < deadline:
+    while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    if _pid_alive(pid):
+    if pid_alive(pid):
         log.warning("Kafka (pid %d) did not stop in %.0f s: killing it", pid, STOP_TIMEOUT_S)
         _signal_group(pid, signal.SIGKILL)
     (ddir / PID_FILE).unlink(missing_ok=True)

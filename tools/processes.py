@@ -23,6 +23,17 @@ from typing import IO
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def pid_alive(pid: int) -> bool:
+    """True while a process with this pid exists (also one of another user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def bridge_command(overrides: Sequence[str] = (), config_file: str | None = None) -> list[str]:
     """argv of `waku-bridge run` with `--set` overrides (same interpreter, works without install)."""
     cmd = [sys.executable, "-m", "ingest.cli", "run"]

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from core.config import REPO_ROOT
+from tools.processes import pid_alive
 
 DEFAULT_DIR = REPO_ROOT / "var" / "spark-cluster"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -59,16 +60,6 @@ def spark_class() -> str:
     return str(Path(list(spec.submodule_search_locations)[0]) / "bin" / "spark-class")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _stop_group(pid: int, timeout: float) -> None:
     """SIGTERM the process group led by `pid` (the daemon and the executors it launched), then
     SIGKILL what is left after `timeout`."""
@@ -83,7 +74,7 @@ def _stop_group(pid: int, timeout: float) -> None:
                 os.waitpid(pid, os.WNOHANG)  # reap it when it is our child
             except ChildProcessError:
                 pass
-            if not _alive(pid):
+            if not pid_alive(pid):
                 break
             time.sleep(0.2)
         try:
@@ -170,7 +161,7 @@ class StandaloneCluster:
     def _wait(self, ok, what: str, deadline: float) -> None:
         last: object = None
         while time.monotonic() < deadline:
-            dead = [n for n, pid in self.pids.items() if not _alive(pid)]
+            dead = [n for n, pid in self.pids.items() if not pid_alive(pid)]
             if dead:
                 raise RuntimeError(f"spark {', '.join(dead)} exited; see {self.root / 'logs'}")
             try:

@@ -74,6 +74,25 @@ class FilterClient:
         await dial(self.host, info, timeout)
         self.service = info.peer_id
 
+    async def connect_and_subscribe(self, peer: str | PeerInfo, pubsub_topic: str, content_topics: Sequence[str],
+                                    attempts: int = 5, timeout: float = 30.0) -> fv2.FilterSubscribeResponse:
+        """Connect and subscribe, trying again (backoff 1 s, 2 s, ...) on a failed dial, a
+        stream error or a non-200 answer, each logged in one line; the 200 answer, else
+        RuntimeError after `attempts`."""
+        for attempt in range(attempts):
+            try:
+                await self.connect(peer, timeout=timeout)
+                resp = await self.subscribe(pubsub_topic, content_topics, timeout=timeout)
+                if resp.status_code == 200:
+                    return resp
+                log.warning("filter: subscribe answered %d %s (attempt %d)", resp.status_code, resp.status_desc,
+                            attempt + 1)
+            except Exception as exc:  # noqa: BLE001 - a dial or stream failure: try again
+                log.warning("filter: connect/subscribe failed (attempt %d): %s: %s", attempt + 1,
+                            type(exc).__name__, exc)
+            await trio.sleep(1 + attempt)
+        raise RuntimeError(f"could not subscribe to {list(content_topics)} after {attempts} attempts")
+
     def forget_closed(self, peer_id: Any) -> int:
         """Drop connections to `peer_id` that are closed but still listed (see ingest.host.dial)."""
         return forget_closed(self.host, peer_id)

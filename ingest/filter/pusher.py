@@ -34,6 +34,7 @@ import trio
 from libp2p.network.stream.exceptions import StreamEOF
 
 from core.kafka import client_options as kafka_client_options
+from core.kafka import open_consumer
 from ingest.ratelimit import TokenBucket
 
 log = logging.getLogger("ingest.filter.pusher")
@@ -77,7 +78,7 @@ class PushConsumer:
             self.failed = exc
 
     def _loop(self) -> None:
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import TopicPartition
 
         options: dict[str, Any] = dict(
             bootstrap_servers=self.bootstrap_servers.split(","), group_id=None, enable_auto_commit=False,
@@ -88,14 +89,9 @@ class PushConsumer:
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
         options.update(kafka_client_options(self.client_options))
-        consumer = None
-        while consumer is None:
-            try:
-                consumer = KafkaConsumer(**options)
-            except Exception as exc:  # noqa: BLE001 - Kafka down: retry until stopped
-                log.warning("pusher: cannot reach Kafka (%s), retrying", exc)
-                if self._stop.wait(2.0):
-                    return
+        consumer = open_consumer(options, self._stop, "pusher")
+        if consumer is None:
+            return
         try:
             parts = None
             while not parts and not self._stop.is_set():

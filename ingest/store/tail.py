@@ -39,6 +39,7 @@ from typing import Any
 
 from core.config import Config, ConfigError
 from core.kafka import client_options as kafka_client_options
+from core.kafka import open_consumer
 from core.store_page import Index, StoredMessage, StoreQuery, in_window
 from core.validation import Limits, decode_ingest, rejection_reason
 
@@ -385,7 +386,7 @@ class TailFollower:
                 self._stop.wait(2.0)
 
     def _loop(self) -> None:
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import TopicPartition
 
         if self.wait_for is not None:
             while not self.wait_for.wait(0.5):  # the reader's hash index of the table as it is
@@ -398,14 +399,9 @@ class TailFollower:
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
         options.update(kafka_client_options(s.client_options))
-        consumer = None
-        while consumer is None:
-            try:
-                consumer = KafkaConsumer(**options)
-            except Exception as exc:  # noqa: BLE001 - Kafka down: retry until stopped
-                log.warning("store tail: cannot reach Kafka (%s), retrying", exc)
-                if self._stop.wait(2.0):
-                    return
+        consumer = open_consumer(options, self._stop, "store tail")
+        if consumer is None:
+            return
         try:
             parts = None
             while not parts:

@@ -135,18 +135,7 @@ def run_clients(spec: dict) -> None:
         async def one(i: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
             client = FilterClient()
             async with client.running():
-                for attempt in range(6):
-                    try:
-                        await client.connect(spec["bridge"], timeout=30)
-                        r = await client.subscribe(PT, [own_topic(i), POPULAR], timeout=30)
-                        if r.status_code == 200:
-                            break
-                        log(f"client {i}: {r.status_code} {r.status_desc}")
-                    except Exception as exc:  # noqa: BLE001
-                        log(f"client {i}: {type(exc).__name__}: {exc}")
-                    await trio.sleep(1 + attempt)
-                else:
-                    raise RuntimeError(f"client {i} could not subscribe")
+                await client.connect_and_subscribe(spec["bridge"], PT, [own_topic(i), POPULAR], attempts=6)
                 task_status.started()
 
                 async def read() -> None:

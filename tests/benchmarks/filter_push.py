@@ -105,18 +105,7 @@ def run_clients(spec: dict) -> None:
             one_shot = one_shot_every > 0 and index % one_shot_every == 0
             async with client.running():
                 client.host.set_stream_handler(FILTER_PUSH_CODEC, handler(index, one_shot))
-                for attempt in range(5):
-                    try:
-                        await client.connect(spec["bridge"], timeout=30)
-                        resp = await client.subscribe(PUBSUB_TOPIC, [peer_topic(index), FANOUT_TOPIC], timeout=30)
-                        if resp.status_code == 200:
-                            break
-                        say(f"peer {index}: subscribe answered {resp.status_code} {resp.status_desc}")
-                    except Exception as exc:  # noqa: BLE001
-                        say(f"peer {index}: {type(exc).__name__}: {exc}")
-                    await trio.sleep(1 + attempt)
-                else:
-                    raise RuntimeError(f"peer {index} could not subscribe")
+                await client.connect_and_subscribe(spec["bridge"], PUBSUB_TOPIC, [peer_topic(index), FANOUT_TOPIC])
                 clients.append((index, client))
                 task_status.started()
                 await stop.wait()

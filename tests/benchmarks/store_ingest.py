@@ -331,7 +331,8 @@ def profile(args) -> dict:
                                 f"spark.master={args.master}", "spark.shuffle_partitions=2",
                                 f"store.max_offsets_per_trigger={args.max_offsets}",
                                 "spark.options=spark.eventLog.enabled=true,spark.eventLog.compress=false,"
-                                f"spark.eventLog.rolling.enabled=false,spark.eventLog.dir=file://{tmp / 'events'}"])
+                                f"spark.eventLog.rolling.enabled=false,spark.eventLog.dir=file://{tmp / 'events'}"
+                                + "".join(f",{o}" for o in args.spark_option)])
 
         spark = build_session(SparkSettings.from_config(cfg_for("run0")), "store-profile")
         windows: list[tuple] = []  # (batch id, start, end, phases, input rows, writer name)
@@ -375,6 +376,7 @@ def profile(args) -> dict:
                 store_job.write_batch = current
         out["catch_up_s"] = round(time.monotonic() - began, 1)
         out["catch_up_per_s"] = round(sum(w[4] for w in windows) / (time.monotonic() - began))
+        out["spark_options"] = list(args.spark_option)
         out["stored_rows"] = spark.read.format("delta").load(str(tmp / "run0" / "wh" / "messages")).count()
         spark.stop()
         (tmp / "windows.json").write_text(json.dumps(windows))
@@ -452,6 +454,8 @@ def main() -> int:
                         help="instead: profile the store job's batches over N seeded records, in-process")
     parser.add_argument("--profile-budget", type=float, default=170.0,
                         help="--profile: stop the query after this many seconds from the start")
+    parser.add_argument("--spark-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="--profile: one more Spark setting for the session (repeatable)")
     parser.add_argument("--writer", default=None, help="--profile: path of another writer.py to profile")
     parser.add_argument("--compare", action="store_true",
                         help="--profile with --writer: that writer, then the current one, in one session")
