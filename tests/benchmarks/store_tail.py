@@ -4,6 +4,12 @@ page, and dropping a commit's worth of messages (the part done under the tail's 
 trimming after it). CPU time (time.process_time), steadier than wall-clock on shared cores.
 
     .venv/bin/python tests/benchmarks/store_tail.py [--records 50000] [--commit 10000]
+
+`--kafka N`: instead, N load-generator records are put in a real (embedded) broker first, then
+the tail's real consumer thread (TailFollower) reads them: how many records a second one
+process's tail follows (wall clock, and kafka-python's own share measured alone).
+
+    .venv/bin/python tests/benchmarks/store_tail.py --kafka 150000 --payload-bytes 1024
 """
 from __future__ import annotations
 
@@ -22,7 +28,11 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--commit", type=int, default=10_000)
     parser.add_argument("--payload-bytes", type=int, default=300)
+    parser.add_argument("--kafka", type=int, default=0, metavar="N", help="follow N records from a real broker")
     args = parser.parse_args()
+    if args.kafka:
+        follow_kafka(args.kafka, args.payload_bytes)
+        return
     gen = LoadGenerator(LoadProfile(payload_bytes=args.payload_bytes, seed=3))
     now = time.time()
     records = [gen.next(now + i * 1e-4) for i in range(args.records)]
@@ -54,6 +64,61 @@ def main() -> None:
                       "decode_validate_hash_us": round(decode_us, 2), "add_us": round(add_us, 2),
                       "page_ms": round(page_ms, 4), "commit": len(durable), "drop_locked_ms": round(locked_ms, 1),
                       "tidy_ms": round(tidy_ms, 1)}))
+
+
+def follow_kafka(n: int, payload_bytes: int) -> None:
+    import os
+    import socket
+    import tempfile
+    from pathlib import Path
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    from core.kafka import ensure_topics
+    from ingest.store.tail import TailFollower, TailSettings
+    from tools.embedded_kafka import EmbeddedKafka
+    from tools.loadgen import produce
+
+    def free_port() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    repo = Path(__file__).resolve().parents[2]
+    broker = EmbeddedKafka(data_dir=Path(tempfile.mkdtemp(prefix="waku-bench-tail-")) / "kafka", port=free_port(),
+                           controller_port=free_port(), jar_dir=repo / ".cache/jars/kafka", heap="-Xmx1g")
+    broker.start()
+    try:
+        ensure_topics(broker.bootstrap_servers, {"bench.tail": 4})
+        produce(broker.bootstrap_servers, "bench.tail",
+                LoadGenerator(LoadProfile(payload_bytes=payload_bytes, seed=3)).batch(n))
+        tps = [TopicPartition("bench.tail", p) for p in range(4)]
+        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, group_id=None, enable_auto_commit=False,
+                                 fetch_max_wait_ms=20, max_partition_fetch_bytes=4 * 1024 * 1024)
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        began, cpu, got = time.perf_counter(), time.thread_time(), 0
+        while got < n:
+            got += sum(len(rs) for rs in consumer.poll(timeout_ms=100, max_records=5000).values())
+        poll_s, poll_cpu_us = time.perf_counter() - began, (time.thread_time() - cpu) / n * 1e6
+        consumer.close()
+        # room for every record in every partition (the follower starts no further back than
+        # max_messages / partitions records from each partition's end)
+        tail = Tail(len(tps) * n)
+        follower = TailFollower(TailSettings(broker.bootstrap_servers, topic="bench.tail", max_messages=len(tps) * n,
+                                             lookback_s=86_400), tail, lambda hashes: set())
+        began = time.perf_counter()
+        follower.start()
+        while follower.consumed < n and time.perf_counter() - began < 600:
+            time.sleep(0.01)
+        follow_s = time.perf_counter() - began
+        follower.stop()
+        print(json.dumps({"benchmark": "store_tail", "mode": "kafka", "records": n, "consumed": follower.consumed, "payload_bytes": payload_bytes,
+                          "tail": len(tail), "follow_s": round(follow_s, 2), "follow_per_s": round(n / follow_s),
+                          "kafka_python_alone_s": round(poll_s, 2), "kafka_python_cpu_us": round(poll_cpu_us, 1),
+                          "load_avg": [round(x, 2) for x in os.getloadavg()]}))
+    finally:
+        broker.stop()
 
 
 if __name__ == "__main__":
