@@ -202,6 +202,7 @@ def role_subscribers(spec: dict) -> None:
 
     out = open(spec["out"], "a", buffering=1)
     stop, on_signals = _stop_event()
+    frozen = trio.Event()
     rng = random.Random(spec["seed"])
     clients: list[FilterClient] = []
     stats = {"resubscribed": 0, "request_errors": 0}
@@ -262,7 +263,7 @@ def role_subscribers(spec: dict) -> None:
                     await trio.sleep(2.0)
                     if stop.is_set():
                         break
-                    if rng.random() < 0.2:  # change the extra topic
+                    if rng.random() < 0.2 and not frozen.is_set():  # change the extra topic
                         want = {CT} if extra in want else {CT, extra}
                         await ensure(c, want)
                         continue
@@ -278,9 +279,30 @@ def role_subscribers(spec: dict) -> None:
                         await ensure(c, want)
                 nursery.cancel_scope.cancel()
 
+    def write_state() -> None:
+        state = {"clients": [{"peer": c.peer_id.to_base58(), "criteria": sorted(ct for (_, ct) in c.criteria)}
+                             for c in clients], **stats, "error_kinds": error_kinds}
+        tmp_state = Path(spec["state"] + ".tmp")
+        tmp_state.write_text(json.dumps(state))
+        tmp_state.replace(spec["state"])
+
+    async def on_freeze() -> None:
+        """SIGUSR1: stop changing subscriptions but stay subscribed, keep pinging and reading
+        pushes (a client that left would be expired by A as unreachable, which is A's right,
+        and the table compared would not be what A answered these clients); the state file is
+        written now and every second after."""
+        with trio.open_signal_receiver(signal.SIGUSR1) as signals:
+            async for _ in signals:
+                frozen.set()
+                break
+        while True:
+            write_state()
+            await trio.sleep(1.0)
+
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(on_signals)
+            nursery.start_soon(on_freeze)
             for i in range(spec["count"]):
                 c = FilterClient()
                 clients.append(c)
@@ -288,9 +310,7 @@ def role_subscribers(spec: dict) -> None:
             await stop.wait()
             await trio.sleep(0.5)
             nursery.cancel_scope.cancel()
-        state = {"clients": [{"peer": c.peer_id.to_base58(), "criteria": sorted(ct for (_, ct) in c.criteria)}
-                             for c in clients], **stats, "error_kinds": error_kinds}
-        Path(spec["state"]).write_text(json.dumps(state))
+        write_state()
 
     trio.run(main)
 
@@ -649,15 +669,15 @@ def main() -> int:
                 faults.append({"component": name, "down_s": round(down, 1),
                                "restart_s": round(time.monotonic() - t0, 1)})
                 pause(slot - at, run)
-        log("faults done; stopping the load")
-        for role in ("relay", "lightpush", "subscribers", "walker"):
-            p = run.loads[role]
-            p.send_signal(signal.SIGTERM)
-        for p in run.loads.values():
+        log("faults done; stopping the load (the subscribers stay, frozen, until the table is compared)")
+        run.loads["subscribers"].send_signal(signal.SIGUSR1)
+        for role in ("relay", "lightpush", "walker"):
+            run.loads[role].send_signal(signal.SIGTERM)
+        for role in ("relay", "lightpush", "walker"):
             try:
-                p.wait(30)
+                run.loads[role].wait(30)
             except subprocess.TimeoutExpired:
-                p.kill()
+                run.loads[role].kill()
         # Every acknowledged message is in Kafka; wait until the store job has all of them.
         lp_acked = {ln for ln in lines(tmp / "lightpush.txt")[0::2]}
         lp_failed = set(lines(tmp / "lightpush.txt.failed"))
@@ -675,14 +695,16 @@ def main() -> int:
         wait_until("the store job to store every accepted message", caught_up, 180, run)
         hashes = [r["message_hash"].hex() for r in stored_rows]
         stored = accepted & set(hashes)
-        # The subscriptions table against the subscribers' own record of A's answers.
-        state = json.loads((tmp / "subscribers.json").read_text()) if (tmp / "subscribers.json").exists() else {}
-        want = {(c["peer"], ct) for c in state.get("clients", []) for ct in c["criteria"]}
+        # The subscriptions table against the subscribers' own record of A's answers (the
+        # frozen subscribers rewrite it every second).
         a_id = run.bridge_addr.rsplit("/p2p/", 1)[1]
         have_subs: set = set()
+        want: set = set()
 
         def subs_match() -> bool:
-            nonlocal have_subs
+            nonlocal have_subs, want
+            state = json.loads((tmp / "subscribers.json").read_text()) if (tmp / "subscribers.json").exists() else {}
+            want = {(c["peer"], ct) for c in state.get("clients", []) for ct in c["criteria"]}
             rows = delta_rows(subs_path, ["peer_id", "content_topic", "bridge_id"]) or []
             have_subs = {(r["peer_id"], r["content_topic"]) for r in rows if r["bridge_id"] == a_id}
             return have_subs == want
@@ -694,6 +716,13 @@ def main() -> int:
                             lambda: committed_offsets(tmp / "checkpoints" / "subscriptions", "waku.subscriptions") >= end,
                             900, run)
         subscriptions_match = wait_until("the subscriptions table to match", subs_match, 60, run)
+        subscribers = run.loads["subscribers"]
+        subscribers.send_signal(signal.SIGTERM)
+        try:
+            subscribers.wait(30)
+        except subprocess.TimeoutExpired:
+            subscribers.kill()
+        state = json.loads((tmp / "subscribers.json").read_text()) if (tmp / "subscribers.json").exists() else {}
         # Pushes: per subscriber, a message twice is a duplicate.
         pushes = [ln.split() for ln in (tmp / "pushes.txt").read_text().splitlines()] if (tmp / "pushes.txt").exists() else []
         per_client: dict[str, list[str]] = {}
