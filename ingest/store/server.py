@@ -42,6 +42,12 @@ from ingest.store.tail import Tail, TailFollower, TailSettings, committed_offset
 log = logging.getLogger("ingest.store")
 
 CLOSE_REASONS = ("undecodable", "bad_frame", "timeout")
+# The v3 answer (status, detail) to a valid query the server does not serve now, by reason.
+V3_REFUSALS = {
+    "rate_limited": (codec_v3.TOO_MANY_REQUESTS, "request rate limit reached"),
+    "catching_up": (codec_v3.SERVICE_UNAVAILABLE,
+                    "the store is catching up with Kafka after a restart; retry shortly"),
+}
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -207,10 +213,10 @@ class StoreServer:
         self.metrics.queries.inc()
         page = None
         query, reason = plan(rpc, self.settings.limits)
-        if query is not None and not self._per_peer.allow(peer_of(stream)):
-            query, reason = None, "rate_limited"
-        if query is not None and not await self._caught_up():
-            query, reason = None, "catching_up"
+        if query is not None:
+            reason = await self._refusal(stream)
+            if reason is not None:
+                query = None
         if query is not None:
             try:
                 page = await self._query(query)
@@ -229,12 +235,11 @@ class StoreServer:
         began = time.perf_counter()
         self.metrics.queries.inc()
         plan3, refusal = plan_v3(req, self.settings.limits)
-        if plan3 is not None and not self._per_peer.allow(peer_of(stream)):
-            plan3, refusal = None, (codec_v3.TOO_MANY_REQUESTS, "request rate limit reached")
-        if plan3 is not None and not await self._caught_up():
-            self.metrics.rejected.labels("catching_up").inc()
-            plan3, refusal = None, (codec_v3.SERVICE_UNAVAILABLE,
-                                    "the store is catching up with Kafka after a restart; retry shortly")
+        if plan3 is not None:
+            reason = await self._refusal(stream)
+            if reason is not None:
+                self.metrics.rejected.labels(reason).inc()
+                plan3, refusal = None, V3_REFUSALS[reason]
         if plan3 is None:
             code, detail = refusal
             out = codec_v3.response(req.request_id, code, detail)
@@ -243,6 +248,7 @@ class StoreServer:
                 code, detail, messages, cursor = await self._run_v3(plan3)
             except Exception:  # noqa: BLE001 - answer 500, count, keep serving
                 log.exception("store: v3 query %r failed", req.request_id)
+                self.metrics.rejected.labels("error").inc()
                 code, detail, messages, cursor = codec_v3.INTERNAL_ERROR, "the query failed", [], None
             out = codec_v3.response(req.request_id, code, detail, messages, plan3.include_data, cursor)
         self.metrics.v3.labels(str(code)).inc()
@@ -270,6 +276,16 @@ class StoreServer:
                 query = query.with_cursor(page.cursor)
                 continue
             return codec_v3.OK, "", page.messages, page_cursor_v3(page, query.page_size)
+
+    async def _refusal(self, stream: Any) -> str | None:
+        """Why a valid query is not served now (one of REJECT_REASONS), or None; the same for
+        beta2 and v3, each of which answers a refusal in its own form and counts it in
+        waku_store_rejected_total."""
+        if not self._per_peer.allow(peer_of(stream)):
+            return "rate_limited"
+        if not await self._caught_up():
+            return "catching_up"
+        return None
 
     async def _caught_up(self) -> bool:
         """True once the fresh tail holds what Kafka held when it started (or without a tail).

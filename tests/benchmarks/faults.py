@@ -592,6 +592,22 @@ def committed_offsets(checkpoint: Path, topic: str) -> Offsets:
     return Offsets({int(p): off for p, off in json.loads(last).get(topic, {}).items()})
 
 
+def read_json(path: Path) -> dict:
+    """A load process's state file, or {} before it wrote one."""
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def stop_loads(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM to each load process, then up to 30 s for each to finish its files, else kill."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
@@ -671,13 +687,7 @@ def main() -> int:
                 pause(slot - at, run)
         log("faults done; stopping the load (the subscribers stay, frozen, until the table is compared)")
         run.loads["subscribers"].send_signal(signal.SIGUSR1)
-        for role in ("relay", "lightpush", "walker"):
-            run.loads[role].send_signal(signal.SIGTERM)
-        for role in ("relay", "lightpush", "walker"):
-            try:
-                run.loads[role].wait(30)
-            except subprocess.TimeoutExpired:
-                run.loads[role].kill()
+        stop_loads([run.loads[role] for role in ("relay", "lightpush", "walker")])
         # Every acknowledged message is in Kafka; wait until the store job has all of them.
         lp_acked = {ln for ln in lines(tmp / "lightpush.txt")[0::2]}
         lp_failed = set(lines(tmp / "lightpush.txt.failed"))
@@ -703,7 +713,7 @@ def main() -> int:
 
         def subs_match() -> bool:
             nonlocal have_subs, want
-            state = json.loads((tmp / "subscribers.json").read_text()) if (tmp / "subscribers.json").exists() else {}
+            state = read_json(tmp / "subscribers.json")
             want = {(c["peer"], ct) for c in state.get("clients", []) for ct in c["criteria"]}
             rows = delta_rows(subs_path, ["peer_id", "content_topic", "bridge_id"]) or []
             have_subs = {(r["peer_id"], r["content_topic"]) for r in rows if r["bridge_id"] == a_id}
@@ -716,13 +726,8 @@ def main() -> int:
                             lambda: committed_offsets(tmp / "checkpoints" / "subscriptions", "waku.subscriptions") >= end,
                             900, run)
         subscriptions_match = wait_until("the subscriptions table to match", subs_match, 60, run)
-        subscribers = run.loads["subscribers"]
-        subscribers.send_signal(signal.SIGTERM)
-        try:
-            subscribers.wait(30)
-        except subprocess.TimeoutExpired:
-            subscribers.kill()
-        state = json.loads((tmp / "subscribers.json").read_text()) if (tmp / "subscribers.json").exists() else {}
+        stop_loads([run.loads["subscribers"]])
+        state = read_json(tmp / "subscribers.json")
         # Pushes: per subscriber, a message twice is a duplicate.
         pushes = [ln.split() for ln in (tmp / "pushes.txt").read_text().splitlines()] if (tmp / "pushes.txt").exists() else []
         per_client: dict[str, list[str]] = {}

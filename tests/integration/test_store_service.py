@@ -374,7 +374,8 @@ def test_store_rate_limit_per_peer(table):
 
     codes, beta2, other, metrics = trio.run(main)
     assert codes == [200, 200, 429]           # burst of 2 (twice the rate), then refused
-    assert beta2.messages == [] and metrics.value("waku_store_rejected_total", reason="rate_limited") == 1
+    # Counted the same for both protocols: the v3 429 and the empty beta2 page.
+    assert beta2.messages == [] and metrics.value("waku_store_rejected_total", reason="rate_limited") == 2
     assert other.status_code == 200 and len(other.messages) == 5
 
 
