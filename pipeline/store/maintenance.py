@@ -23,6 +23,7 @@ from core.settings import WarehouseSettings
 from pipeline.spark.delta import retry_conflicts
 from pipeline.spark.metrics import BatchFigures, run_row
 from pipeline.store.settings import MaintainSettings
+from pipeline.store.tables import UNTIMED_INDEX
 from pipeline.store.validation import audit
 
 log = logging.getLogger("waku.maintain")
@@ -75,6 +76,10 @@ def apply_retention(spark: SparkSession, settings: MaintainSettings, now: float 
     cutoff_date = time.strftime("%Y-%m-%d", time.gmtime(cutoff))
     by_age = (F.col("received_date") < F.lit(cutoff_date)) | (F.col("received_time") < F.lit(cutoff))
     report.deleted_by_age = _delete(spark, messages, by_age)
+    index = settings.warehouse.table_path(UNTIMED_INDEX)
+    has_index = _exists(spark, index)
+    if has_index:  # follows messages, so that a copy after the retention is stored again
+        _delete(spark, index, F.col("received_time") < F.lit(cutoff))
     limit = settings.retention_max_messages
     if limit > 0:
         df = spark.read.format("delta").load(messages)
@@ -85,6 +90,8 @@ def apply_retention(spark: SparkSession, settings: MaintainSettings, now: float 
             edge = (df.select("received_time").orderBy("received_time").limit(excess)
                     .agg(F.max("received_time")).first()[0])
             report.deleted_by_capacity = _delete(spark, messages, F.col("received_time") <= F.lit(edge))
+            if has_index:
+                _delete(spark, index, F.col("received_time") <= F.lit(edge))
     report.quarantine_deleted = _delete(
         spark, settings.warehouse.table_path("quarantine"),
         F.col("quarantined_at") < F.timestamp_seconds(F.lit(cutoff)))
@@ -111,7 +118,7 @@ def compact(spark: SparkSession, settings: MaintainSettings, report: Maintenance
     report.files_before = _file_count(spark, path)
     retry_conflicts("optimize", lambda: DeltaTable.forPath(spark, path).optimize()
            .where(f"received_date >= '{since}'").executeZOrderBy("received_time"))
-    for table in ("quarantine", "job_metrics", "subscriptions"):
+    for table in ("quarantine", "job_metrics", "subscriptions", UNTIMED_INDEX):
         if not _exists(spark, settings.warehouse.table_path(table)):
             continue
         retry_conflicts(f"optimize {table}",
@@ -129,7 +136,7 @@ def vacuum(spark: SparkSession, settings: MaintainSettings, report: MaintenanceR
     if hours < 168:
         # Delta refuses retention below 7 days unless told the readers are known to be short-lived.
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    for table in ("messages", "quarantine", "job_metrics", "subscriptions"):
+    for table in ("messages", "quarantine", "job_metrics", "subscriptions", UNTIMED_INDEX):
         path = settings.warehouse.table_path(table)
         if _exists(spark, path):
             retry_conflicts(f"vacuum {table}", lambda p=path: DeltaTable.forPath(spark, p).vacuum(hours))
@@ -141,7 +148,7 @@ def table_rows(spark: SparkSession, warehouse: WarehouseSettings) -> dict[str, i
     """Rows of each table of the warehouse that exists (Delta answers a plain count from the
     file statistics in its log, without reading data files)."""
     out: dict[str, int] = {}
-    for table in ("messages", "quarantine", "subscriptions", "job_metrics"):
+    for table in ("messages", "quarantine", "subscriptions", "job_metrics", UNTIMED_INDEX):
         path = warehouse.table_path(table)
         if _exists(spark, path):
             out[table] = spark.read.format("delta").load(path).count()

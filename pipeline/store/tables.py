@@ -11,7 +11,8 @@ Layout of `messages` (justified with measurements in docs/store-layout.md):
 """
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from core.settings import WarehouseSettings
@@ -37,8 +38,47 @@ QUARANTINE_SCHEMA = T.StructType([
 ])
 
 
+# The untimed index: the hash (and first receive time) of every stored message without a sender
+# timestamp. Such a message can come again at any time, so its copies are checked against the
+# whole retention; this narrow table (32 bytes a row, only untimed messages) is what that check
+# reads, instead of every file of `messages` that holds an untimed row (docs/decisions.md).
+UNTIMED_INDEX = "untimed_hashes"
+UNTIMED_SCHEMA = T.StructType([
+    T.StructField("message_hash", T.BinaryType(), False),
+    T.StructField("received_time", T.DoubleType(), False),
+])
+
+
+def untimed(timestamp: Column) -> Column:
+    """A stored message without sender timestamp (absent or 0)."""
+    return timestamp.isNull() | (timestamp == F.lit(0))
+
+
 def ensure_store_tables(spark: SparkSession, warehouse: WarehouseSettings) -> None:
     ensure_table(spark, warehouse.table_path("messages"), MESSAGES_SCHEMA, list(MESSAGES_PARTITION_BY),
                  MESSAGES_PROPERTIES)
     ensure_table(spark, warehouse.table_path("quarantine"), QUARANTINE_SCHEMA)
     ensure_job_metrics_table(spark, warehouse.table_path("job_metrics"))
+    ensure_untimed_index(spark, warehouse)
+
+
+def ensure_untimed_index(spark: SparkSession, warehouse: WarehouseSettings) -> None:
+    """Create the untimed index with its content in one commit: the untimed rows `messages`
+    already holds (one pass over the table at the first start of a store job that has the
+    index, e.g. after an upgrade; nothing on a new warehouse). Created atomically with its
+    content, so it is never there but incomplete."""
+    from delta.tables import DeltaTable
+    from pyspark.errors import AnalysisException
+
+    path = warehouse.table_path(UNTIMED_INDEX)
+    if DeltaTable.isDeltaTable(spark, path):
+        return
+    held = (spark.read.format("delta").load(warehouse.table_path("messages"))
+            .where(untimed(F.col("timestamp")))
+            .groupBy("message_hash").agg(F.min("received_time").alias("received_time")))
+    try:
+        held.select(*UNTIMED_SCHEMA.fieldNames()).coalesce(1).write.format("delta").mode(
+            "errorifexists").save(path)
+    except AnalysisException:
+        if not DeltaTable.isDeltaTable(spark, path):  # not a creator's race: a real error
+            raise

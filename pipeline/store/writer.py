@@ -11,14 +11,18 @@ Exactly once, across crashes and restarts at any point, without relying on the c
     time carries its original receive time, so it is always caught; copies of a timestamped
     message from different bridges are received within `limits.max_clock_skew_s` of its
     timestamp (else refused), so within `store.dedup_window_s` of each other; copies of a
-    message without timestamp are checked against every stored row without one, however old.
+    message without timestamp are checked against every stored one, however old: the untimed
+    index (`untimed_hashes`, the hashes alone; appended after the messages commit with the
+    batch's untimed hashes it lacks, so a re-run batch completes it).
     The decision is made on narrow columns (hash, receive time, Kafka coordinates), cached and
     counted; the payload rows are picked by a broadcast semi-join inside the one Delta write
     (one commit for messages per batch; no wide copy of the batch is cached).
   - `quarantine`: anti-join on the Kafka coordinates (topic, partition, offset), reading only
     the batch's own offset ranges per partition (file statistics skip the rest of the table);
     skipped when every refused offset of the batch lies above what the table may hold
-    (`QuarantineMarks`: the table's maxima per partition, read once per query).
+    (`QuarantineMarks`: the table's maxima per partition, read once per query). It runs on its
+    own thread, beside the messages de-duplication and write (two tables, two commits whose
+    driver-side work overlaps); the batch ends when both have.
   Delta's txnAppId/txnVersion options would also make re-runs idempotent, but measured here
   they triple the cost of every commit (docs/store-layout.md), and they would wrongly skip the
   batches of a reset checkpoint whose batch ids restart at 0.
@@ -35,13 +39,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from pyspark import InheritableThread
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.spark.metrics import BatchFigures
 from pipeline.spark.records import decode_ingest_records
 from pipeline.store.settings import StoreJobSettings
-from pipeline.store.tables import MESSAGES_SCHEMA, QUARANTINE_SCHEMA
+from pipeline.store.tables import MESSAGES_SCHEMA, QUARANTINE_SCHEMA, UNTIMED_INDEX, UNTIMED_SCHEMA
+from pipeline.store.tables import untimed as untimed_column
 from pipeline.store.validation import with_rejection_reason
 
 log = logging.getLogger("waku.store")
@@ -148,6 +154,28 @@ class QuarantineMarks:
             self.marks[p] = max(hi, self.marks.get(p, -1))
 
 
+class _Background:
+    """A function run on a Spark-aware thread (it inherits the batch's local properties);
+    `join` waits for it and raises what it raised."""
+
+    def __init__(self, fn) -> None:
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - raised again by join
+                self.error = exc
+
+        self.thread = InheritableThread(target=run, name="store-quarantine-write", daemon=True)
+        self.thread.start()
+
+    def join(self, quiet: bool = False) -> None:
+        self.thread.join()
+        if self.error is not None and not quiet:
+            raise self.error
+
+
 def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
                 quarantine_marks: QuarantineMarks | None = None) -> BatchStats:
     """Process one micro-batch of waku.messages rows; returns what happened to its rows.
@@ -168,7 +196,7 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
             summary = (checked.groupBy("reason", "ephemeral", "kafka_topic", "kafka_partition")
                        .agg(F.count(F.lit(1)).alias("n"),
                             F.collect_set(F.floor(F.col("received_time") / BUCKET_S).cast("bigint")).alias("b"),
-                            F.count(F.when(F.coalesce(F.col("timestamp"), F.lit(0)) == 0, 1)).alias("untimed"),
+                            F.count(F.when(untimed_column(F.col("timestamp")), 1)).alias("untimed"),
                             F.min("kafka_offset").alias("lo"), F.max("kafka_offset").alias("hi"))
                        .collect())
         refused: dict[int, tuple[int, int]] = {}  # Kafka partition -> offsets of refused rows
@@ -186,40 +214,7 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
                 buckets += list(row.b)
                 untimed += row.untimed
 
-        if stats.valid_rows:
-            valid = checked.where(F.col("reason").isNull() & ~F.col("ephemeral"))
-            ranges = received_time_ranges(buckets, settings.dedup_window_s)
-            near = _in_ranges(F.col("received_time"), ranges)
-            if untimed:
-                # Each hash once across the whole table: a copy of a timestamped message is
-                # received within max_clock_skew_s of its timestamp (else refused), so within the
-                # window of the first copy; a message without timestamp can come again any time,
-                # so it is checked against every stored untimed row (file statistics skip files
-                # without any: nullCount and min/max of `timestamp`).
-                near = near | F.col("timestamp").isNull() | (F.col("timestamp") == 0)
-            existing = (spark.read.format("delta").load(tables.table_path("messages"))
-                        .where(near)
-                        .select("message_hash"))
-            # The decision is made and counted on narrow columns (cached: a few bytes a row);
-            # the payload rows are selected by a broadcast semi-join inside the one write.
-            winners = winning_copies(valid, existing).persist()
-            try:
-                with stats.phase("dedupe"):
-                    stats.stored_rows = winners.count()
-                if stats.stored_rows:
-                    new = (valid.join(F.broadcast(winners), ["kafka_partition", "kafka_offset"], "left_semi")
-                           .withColumn("received_date", _received_date(F.col("received_time"))))
-                    files = max(1, math.ceil(stats.stored_rows / settings.rows_per_file))
-                    # Files cover disjoint received_time ranges, rows sorted by (received_time,
-                    # digest). A batch within rows_per_file (store.max_offsets_per_trigger at or
-                    # below it) is one file: no range shuffle.
-                    new = new.repartitionByRange(files, "received_time") if files > 1 else new.coalesce(1)
-                    new = new.sortWithinPartitions("received_time", "digest").select(*STORED_COLUMNS)
-                    with stats.phase("write_messages"):
-                        new.write.format("delta").mode("append").save(tables.table_path("messages"))
-            finally:
-                winners.unpersist()
-        if stats.quarantined_rows:
+        def write_quarantine() -> None:
             with stats.phase("write_quarantine"):
                 # A Kafka record is quarantined once, even when a reset checkpoint re-reads it.
                 coordinates = ["kafka_topic", "kafka_partition", "kafka_offset"]
@@ -241,6 +236,63 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
                  .withColumn("quarantined_at", F.current_timestamp())
                  .select(*QUARANTINE_COLUMNS)
                  .write.format("delta").mode("append").save(tables.table_path("quarantine")))
+
+        # The quarantine write needs only the validated batch: it runs beside the messages
+        # write (its own table, its own commit), so their driver-side costs overlap.
+        quarantine = _Background(write_quarantine) if stats.quarantined_rows else None
+        try:
+            if stats.valid_rows:
+                valid = checked.where(F.col("reason").isNull() & ~F.col("ephemeral"))
+                ranges = received_time_ranges(buckets, settings.dedup_window_s)
+                existing = (spark.read.format("delta").load(tables.table_path("messages"))
+                            .where(_in_ranges(F.col("received_time"), ranges))
+                            .select("message_hash"))
+                index_path = tables.table_path(UNTIMED_INDEX)
+                if untimed:
+                    # Each hash once across the whole table: a copy of a timestamped message is
+                    # received within max_clock_skew_s of its timestamp (else refused), so within the
+                    # window of the first copy; a message without timestamp can come again any time,
+                    # so it is checked against the untimed index: every untimed hash stored.
+                    existing = existing.unionByName(
+                        spark.read.format("delta").load(index_path).select("message_hash"))
+                # The decision is made and counted on narrow columns (cached: a few bytes a row);
+                # the payload rows are selected by a broadcast semi-join inside the one write.
+                winners = winning_copies(valid, existing).persist()
+                try:
+                    with stats.phase("dedupe"):
+                        stats.stored_rows = winners.count()
+                    if stats.stored_rows:
+                        new = (valid.join(F.broadcast(winners), ["kafka_partition", "kafka_offset"], "left_semi")
+                               .withColumn("received_date", _received_date(F.col("received_time"))))
+                        files = max(1, math.ceil(stats.stored_rows / settings.rows_per_file))
+                        # Files cover disjoint received_time ranges, rows sorted by (received_time,
+                        # digest). A batch within rows_per_file (store.max_offsets_per_trigger at or
+                        # below it) is one file: no range shuffle.
+                        new = new.repartitionByRange(files, "received_time") if files > 1 else new.coalesce(1)
+                        new = new.sortWithinPartitions("received_time", "digest").select(*STORED_COLUMNS)
+                        with stats.phase("write_messages"):
+                            new.write.format("delta").mode("append").save(tables.table_path("messages"))
+                finally:
+                    winners.unpersist()
+                if untimed:
+                    # After the messages commit (an index row must never stand for a message not
+                    # stored): the batch's untimed hashes not yet indexed, whether stored now or by
+                    # an earlier run of this batch that ended between the two commits.
+                    with stats.phase("write_untimed_index"):
+                        index = spark.read.format("delta").load(index_path).select("message_hash")
+                        fresh_rows = (valid.where(untimed_column(F.col("timestamp")))
+                                      .groupBy("message_hash").agg(F.min("received_time").alias("received_time"))
+                                      .join(index, "message_hash", "left_anti")
+                                      .select(*UNTIMED_SCHEMA.fieldNames()).collect())
+                        if fresh_rows:
+                            (spark.createDataFrame(fresh_rows, UNTIMED_SCHEMA)
+                             .write.format("delta").mode("append").save(index_path))
+        except BaseException:
+            if quarantine is not None:
+                quarantine.join(quiet=True)  # the batch fails with the messages write's error
+            raise
+        if quarantine is not None:
+            quarantine.join()
         if stats.quarantined_rows:
             log.warning("batch %d: quarantined %d records: %s", batch_id, stats.quarantined_rows,
                         stats.rule_failures)

@@ -325,6 +325,19 @@ def profile(args) -> dict:
                     rec.message.ClearField("timestamp")
                     r.value = rec.SerializeToString()
         produce(broker.bootstrap_servers, TOPIC, records)
+        if args.seed_rows:
+            # A table of retention size before the first batch: two days of history ending 10
+            # minutes ago (outside the receive-time window), `--seed-untimed-share` of it
+            # without sender timestamp: what the global check for untimed copies must read.
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from store_query import SPAN_S, write_table
+
+            seconds = write_table(str(tmp / "run0" / "wh" / "messages"), args.seed_rows, 16_384,
+                                  base_t=time.time() - 600 - SPAN_S, untimed_share=args.seed_untimed_share)
+            out["seed"] = {"rows": args.seed_rows, "untimed_share": args.seed_untimed_share,
+                           "write_s": round(seconds, 1)}
+            log(f"seeded {args.seed_rows:,} rows in {seconds:.0f} s")
+
         def cfg_for(run: str):
             return load_config([f"kafka.bootstrap_servers={broker.bootstrap_servers}",
                                 f"warehouse.root={tmp / run / 'wh'}", f"warehouse.checkpoints={tmp / run / 'cp'}",
@@ -377,7 +390,8 @@ def profile(args) -> dict:
         out["catch_up_s"] = round(time.monotonic() - began, 1)
         out["catch_up_per_s"] = round(sum(w[4] for w in windows) / (time.monotonic() - began))
         out["spark_options"] = list(args.spark_option)
-        out["stored_rows"] = spark.read.format("delta").load(str(tmp / "run0" / "wh" / "messages")).count()
+        out["stored_rows"] = (spark.read.format("delta").load(str(tmp / "run0" / "wh" / "messages")).count()
+                              - args.seed_rows)
         spark.stop()
         (tmp / "windows.json").write_text(json.dumps(windows))
 
@@ -461,6 +475,11 @@ def main() -> int:
                         help="--profile with --writer: that writer, then the current one, in one session")
     parser.add_argument("--untimed-share", type=float, default=0.0,
                         help="--profile: share of valid records without sender timestamp")
+    parser.add_argument("--seed-rows", type=int, default=0,
+                        help="--profile: first write this many rows of older history into messages "
+                             "(a table of retention size)")
+    parser.add_argument("--seed-untimed-share", type=float, default=0.0,
+                        help="--profile --seed-rows: share of those rows without sender timestamp")
     parser.add_argument("--role", choices=["producer", "prober"], help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args()

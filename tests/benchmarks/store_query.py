@@ -49,7 +49,10 @@ PAYLOAD_BYTES = 64
 
 # --- the table ------------------------------------------------------------------------------
 
-def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000) -> float:
+def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000, base_t: float = BASE_T,
+                untimed_share: float = 0.0) -> float:
+    """Writes the table; `untimed_share` of the rows get no sender timestamp (null), as
+    messages without one are stored (store_ingest.py --seed-rows uses this)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -63,8 +66,8 @@ def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000) -> f
     written = 0
     for k in range(chunks):
         n = min(chunk, rows - written)
-        lo = BASE_T + SPAN_S * written / rows
-        hi = BASE_T + SPAN_S * (written + n) / rows
+        lo = base_t + SPAN_S * written / rows
+        hi = base_t + SPAN_S * (written + n) / rows
         rt = np.round(np.sort(rng.uniform(lo, hi, n)), 3)  # ms resolution: some ties
         ct_idx = rng.choice(len(CONTENT), n, p=weights)
         ps_idx = rng.integers(0, len(PUBSUB), n)
@@ -82,7 +85,7 @@ def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000) -> f
             "content_topic": pa.array(np.array(CONTENT)[ct_idx]),
             "payload": pa.array(payloads, pa.binary()),
             "version": pa.array(np.zeros(n, "int64")),
-            "timestamp": pa.array((rt * 1e9).astype("int64")),
+            "timestamp": pa.array((rt * 1e9).astype("int64"), mask=rng.random(n) < untimed_share),
             "meta": pa.nulls(n, pa.binary()),
             "rate_limit_proof": pa.nulls(n, pa.binary()),
             "source": pa.array(["relay"] * n),

@@ -3,8 +3,10 @@ identical message without a timestamp sent again much later is not stored again;
 copy that late is refused by the clock-skew rule, so it cannot be stored twice either."""
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from kafka import KafkaProducer
@@ -14,6 +16,7 @@ from core.kafka import ensure_topics
 from core.message import hash_of
 from pipeline.store.job import start_store_query
 from pipeline.store.settings import StoreJobSettings
+from pipeline.store.tables import UNTIMED_INDEX
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
 
@@ -36,7 +39,10 @@ def run_once(spark, cfg) -> None:
     assert q.exception() is None, q.exception()
 
 
-def test_copies_far_apart_are_stored_once(spark, kafka, tmp_path):
+@pytest.mark.parametrize("index", ["kept", "absent"])
+def test_copies_far_apart_are_stored_once(spark, kafka, tmp_path, index):
+    """index=absent: the untimed index is removed between the runs, as in a warehouse written
+    before it existed; the job's next start builds it from `messages`."""
     topic = f"waku.messages.{uuid.uuid4().hex[:8]}"
     ensure_topics(kafka, {topic: 2})
     cfg = load_config([f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}",
@@ -49,6 +55,11 @@ def test_copies_far_apart_are_stored_once(spark, kafka, tmp_path):
     produce(kafka, topic, [pr.IngestRecord(pubsub_topic=PT, received_time=now - 3600, message=untimed, bridge_id="A"),
                            pr.IngestRecord(pubsub_topic=PT, received_time=now - 3600, message=timed, bridge_id="A")])
     run_once(spark, cfg)
+    index_path = Path(cfg.table_path(UNTIMED_INDEX))
+    assert [bytes(r.message_hash) for r in spark.read.format("delta").load(str(index_path)).collect()] \
+        == [hash_of(PT, untimed)]
+    if index == "absent":
+        shutil.rmtree(index_path)
     # An hour later, from another bridge: the same two messages again, and a new one.
     produce(kafka, topic, [pr.IngestRecord(pubsub_topic=PT, received_time=now, message=untimed, bridge_id="B"),
                            pr.IngestRecord(pubsub_topic=PT, received_time=now, message=timed, bridge_id="B"),
@@ -65,3 +76,5 @@ def test_copies_far_apart_are_stored_once(spark, kafka, tmp_path):
     assert by_hash[hash_of(PT, other)] == [("B", now)]
     reasons = [r.reason for r in spark.read.format("delta").load(cfg.table_path("quarantine")).collect()]
     assert reasons == ["timestamp_skew"] or len(reasons) == 1, reasons  # the late timestamped copy
+    indexed = spark.read.format("delta").load(str(index_path)).collect()
+    assert [(bytes(r.message_hash), r.received_time) for r in indexed] == [(hash_of(PT, untimed), now - 3600)]
