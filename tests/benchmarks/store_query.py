@@ -2,15 +2,18 @@
 messages table of N rows, with 16 concurrent clients.
 
     .venv/bin/python tests/benchmarks/store_query.py [--quick] [--rows N] [--clients 16] [--seconds S]
+        [--servers K] [--client-procs P]
 
 1. Writes N messages straight into a Delta table in a temp dir with `deltalake` (no Spark):
    received_time over two days (two or three received_date partitions), 8 pubsub topics
    (static shards), 40 content topics with a skewed (Zipf-like) popularity, 64-byte random
    payloads, real store digests; files of ~250k rows sorted by (received_time, digest), row
    groups of --row-group rows. (--table PATH reuses a table written earlier.)
-2. Starts a store server process (the online reader + the libp2p protocol, as the bridge
-   mounts it) and waits until it listens.
-3. C clients (each its own libp2p host and connection), concurrently for S seconds: pick a
+2. Starts `--servers` store server processes (the online reader + the libp2p protocol, as the
+   bridge mounts it; several serve the same table side by side) and waits until they listen.
+3. C clients, each its own libp2p host and connection, in their own processes (one per client
+   unless `--client-procs` is given), round-robin over the servers; all connect and warm up,
+   then start together and run concurrently for S seconds: pick a
    random query (any or one pubsub topic; none, one or three content topics; direction; page
    size 20 or 100; start at a random time or at the end) and page along the cursor for up to
    10 pages; every page is timed from request to decoded response (a new stream per page,
@@ -169,44 +172,59 @@ def random_query(rnd: random.Random):
     return StoreQuery(pubsub, contents, cursor, forward, size)
 
 
-async def client_loop(addr: str, seconds: float, seed: int, latencies: list, counts: dict, reuse: bool) -> None:
-    import trio
-
-    from ingest.store.client import StoreClient
-
-    rnd = random.Random(seed)
-    async with StoreClient.running(timeout=60, reuse_streams=reuse) as client:
-        peer = await client.connect(addr)
-        await client.query(peer, random_query(rnd))  # warm the connection
-        deadline = trio.current_time() + seconds
-        while trio.current_time() < deadline:
-            query = random_query(rnd)
-            for _ in range(10):
-                t0 = time.perf_counter()
-                page = await client.query(peer, query)
-                latencies.append(time.perf_counter() - t0)
-                counts["pages"] += 1
-                counts["messages"] += len(page.messages)
-                if page.cursor is None or trio.current_time() >= deadline:
-                    break
-                query = query.with_cursor(page.cursor)
-
-
-def run_clients(addr: str, clients: int, seconds: float, reuse: bool = False) -> tuple[list[float], dict, float]:
+def run_clients(targets: list[tuple[str, int]], seconds: float, reuse: bool = False) -> None:
+    """A client process (`--client-role`): one StoreClient per (server address, seed); each
+    connects and warms its connection, then the process prints READY and waits for GO on stdin
+    (all client processes start together), pages for `seconds` and prints its RESULT."""
     import trio
 
     latencies: list[float] = []
     counts = {"pages": 0, "messages": 0}
+    ready = 0
+    go = trio.Event()
 
-    async def main() -> float:
-        t0 = time.perf_counter()
+    async def one(addr: str, seed: int) -> None:
+        nonlocal ready
+        from ingest.store.client import StoreClient
+
+        rnd = random.Random(seed)
+        async with StoreClient.running(timeout=60, reuse_streams=reuse) as client:
+            peer = await client.connect(addr)
+            await client.query(peer, random_query(rnd))  # warm the connection
+            ready += 1
+            await go.wait()
+            deadline = trio.current_time() + seconds
+            while trio.current_time() < deadline:
+                query = random_query(rnd)
+                for _ in range(10):
+                    t0 = time.perf_counter()
+                    page = await client.query(peer, query)
+                    latencies.append(time.perf_counter() - t0)
+                    counts["pages"] += 1
+                    counts["messages"] += len(page.messages)
+                    if page.cursor is None or trio.current_time() >= deadline:
+                        break
+                    query = query.with_cursor(page.cursor)
+
+    async def main() -> tuple[float, float]:
         async with trio.open_nursery() as nursery:
-            for i in range(clients):
-                nursery.start_soon(client_loop, addr, seconds, 1000 + i, latencies, counts, reuse)
-        return time.perf_counter() - t0
+            for addr, seed in targets:
+                nursery.start_soon(one, addr, seed)
+            while ready < len(targets):
+                await trio.sleep(0.05)
+            print("READY", flush=True)
+            await trio.to_thread.run_sync(sys.stdin.readline)
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            cpu0, t0 = ru.ru_utime + ru.ru_stime, time.perf_counter()
+            go.set()
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return time.perf_counter() - t0, ru.ru_utime + ru.ru_stime - cpu0
 
-    elapsed = trio.run(main)
-    return latencies, counts, elapsed
+    from ingest.cli import _quiet_gc
+
+    _quiet_gc()
+    elapsed, cpu_s = trio.run(main)
+    print("RESULT " + json.dumps({"latencies": latencies, "elapsed": elapsed, "cpu_s": cpu_s, **counts}), flush=True)
 
 
 def pct(values: list[float], p: float) -> float:
@@ -231,11 +249,21 @@ def main() -> int:
                          "(store_service.preload_mb); default 0: a cold start")
     ap.add_argument("--table", help="reuse the Delta table at this path (not deleted)")
     ap.add_argument("--keep", action="store_true", help="keep the generated table")
+    ap.add_argument("--client-procs", type=int, default=0,
+                    help="client processes the clients are spread over (default: one per client)")
+    ap.add_argument("--servers", type=int, default=1,
+                    help="store server processes on the same table (clients round-robin over them)")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
+    ap.add_argument("--client-role", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
         serve(args.serve, args.cache_mb, args.threads, args.preload_mb)
         return 0
+    if args.client_role:
+        spec = json.loads(args.client_role)
+        run_clients([tuple(t) for t in spec["targets"]], spec["seconds"], spec["reuse"])
+        return 0
+    args.client_procs = args.client_procs or args.clients
     rows = args.rows or (200_000 if args.quick else 10_000_000)
     seconds = args.seconds or (15.0 if args.quick else 60.0)
 
@@ -255,31 +283,59 @@ def main() -> int:
                       .column("num_records").to_pylist())
     files = len(dt.file_uris())
 
-    server = subprocess.Popen([sys.executable, __file__, "--serve", path, "--cache-mb", str(args.cache_mb),
-                               "--threads", str(args.threads), "--preload-mb", str(args.preload_mb)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    servers = [subprocess.Popen([sys.executable, __file__, "--serve", path, "--cache-mb", str(args.cache_mb),
+                                 "--threads", str(args.threads), "--preload-mb", str(args.preload_mb)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+               for _ in range(args.servers)]
+    procs = []
     try:
-        line = server.stdout.readline()
-        if not line.startswith("LISTEN "):
-            raise SystemExit(f"the store server did not start: {line!r}")
-        addr = line.split()[1]
-        print(f"store server at {addr}; {args.clients} clients for {seconds:.0f} s", file=sys.stderr, flush=True)
-        from ingest.cli import _quiet_gc
-
-        _quiet_gc()
-        ru = resource.getrusage(resource.RUSAGE_SELF)
-        client_cpu0 = ru.ru_utime + ru.ru_stime
-        latencies, counts, elapsed = run_clients(addr, args.clients, seconds, args.reuse_streams)
-        ru = resource.getrusage(resource.RUSAGE_SELF)
-        client_cpu = ru.ru_utime + ru.ru_stime - client_cpu0
-        server.stdin.close()
-        stats_line = server.stdout.readline()
-        server_stats = json.loads(stats_line[len("STATS "):]) if stats_line.startswith("STATS ") else {}
-        server.wait(timeout=30)
+        addrs = []
+        for server in servers:
+            line = server.stdout.readline()
+            if not line.startswith("LISTEN "):
+                raise SystemExit(f"a store server did not start: {line!r}")
+            addrs.append(line.split()[1])
+        # Clients round-robin over the servers and the client processes.
+        targets: list[list] = [[] for _ in range(min(args.client_procs, args.clients))]
+        for i in range(args.clients):
+            targets[i % len(targets)].append((addrs[i % len(addrs)], 1000 + i))
+        print(f"{len(servers)} store server(s); {args.clients} clients in {len(targets)} processes "
+              f"for {seconds:.0f} s", file=sys.stderr, flush=True)
+        procs = [subprocess.Popen([sys.executable, __file__, "--client-role", json.dumps(
+                     {"targets": t, "seconds": seconds, "reuse": args.reuse_streams})],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+                 for t in targets]
+        for p in procs:  # every client connected and warmed, then all start at once
+            line = p.stdout.readline()
+            if line.strip() != "READY":
+                raise SystemExit(f"a client process did not start: {line!r}")
+        for p in procs:
+            p.stdin.write("GO\n")
+            p.stdin.flush()
+        results = []
+        for p in procs:
+            line = p.stdout.readline()
+            if not line.startswith("RESULT "):
+                raise SystemExit(f"a client process failed: {line!r}")
+            results.append(json.loads(line[len("RESULT "):]))
+            p.wait(timeout=30)
+        latencies = [x for r in results for x in r["latencies"]]
+        counts = {k: sum(r[k] for r in results) for k in ("pages", "messages")}
+        elapsed = max(r["elapsed"] for r in results)
+        client_cpu = sum(r["cpu_s"] for r in results)
+        per_server = []
+        for server in servers:
+            server.stdin.close()
+            stats_line = server.stdout.readline()
+            per_server.append(json.loads(stats_line[len("STATS "):]) if stats_line.startswith("STATS ") else {})
+            server.wait(timeout=30)
+        server_stats = {k: sum(s.get(k, 0) for s in per_server)
+                        for k in ("cpu_s", "queries", "server_latency_sum_s", "row_groups_read", "rejected")}
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+        for p in servers + procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         if tmp and not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -291,6 +347,8 @@ def main() -> int:
         "row_group_rows": args.row_group,
         "write_s": None if write_s is None else round(write_s, 1),
         "clients": args.clients,
+        "client_procs": len(targets),
+        "servers": args.servers,
         "stream_per_page": not args.reuse_streams,
         "server_threads": args.threads,
         "preload_mb": args.preload_mb,
@@ -309,6 +367,7 @@ def main() -> int:
         "load_avg_1m": round(os.getloadavg()[0], 1),
         "server_mean_ms": round(1000 * server_stats.get("server_latency_sum_s", 0) / max(1, server_stats.get("queries", 1)), 2),
         "server": server_stats,
+        "per_server": per_server,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
