@@ -37,6 +37,10 @@ RESTART_PEER = "*"  # the peer id of a BRIDGE_RESTART record (no peer)
 log = logging.getLogger("ingest.filter")
 
 
+# Slack for the clock of the bridge that stamped a message's received_time (NTP keeps hosts
+# within milliseconds; a replayed epoch is up to filter.realtime_checkpoint_interval old).
+START_MARGIN_S = 1.0
+
 class FilterMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
@@ -77,6 +81,11 @@ class FilterService:
         self.producer_linger_ms = producer_linger_ms
         self.view = SubscriptionView(settings.limits)
         self.metrics = FilterMetrics(registry)
+        # Pushes of messages received before this run started are not made: a restarted filter
+        # job replays its last epoch, which this bridge's previous run may have pushed (its
+        # de-duplication memory is gone), and a restarted node owes nothing received before it
+        # started (nwaku alike). The margin allows for the receiving bridge's clock.
+        self.started_at = time.time() - START_MARGIN_S
         # One lock per peer: a peer's requests are applied in order; other peers are not held
         # up while Kafka acknowledges one peer's change.
         self._peer_locks: dict[str, trio.Lock] = {}
@@ -302,12 +311,15 @@ class FilterService:
         built once per batch (a fan-out is one record per peer, same message)."""
         t0 = time.perf_counter()
         outcomes = self.push_stats.outcomes
-        view, dedup, queues = self.view, self.dedup, self._queues
+        view, dedup, queues, started_at = self.view, self.dedup, self._queues, self.started_at
         built: dict[tuple, bytes] = {}
         for value in values:
             rec = decode_push(value)
             if rec is None:
                 outcomes["undecodable"] += 1
+                continue
+            if 0.0 < rec.received_time < started_at:
+                outcomes["before_start"] += 1
                 continue
             peer = rec.peer_id
             crit = view.wanted(peer, rec.pubsub_topic, rec.message.content_topic)

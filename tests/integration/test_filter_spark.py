@@ -79,6 +79,7 @@ def test_push_encoder_copies_the_message_bytes(spark):
     assert (push.peer_id, push.pubsub_topic, push.message_hash, push.protocol, push.request_id) == (
         "peerA", PT, b"\x01" * 32, "v00", "rid")
     assert push.message == msg
+    assert push.received_time == 1.5  # a restarted bridge drops pushes received before its start
     assert out[1].v is None
 
 

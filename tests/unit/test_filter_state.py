@@ -14,6 +14,7 @@ from ingest.framing import frame
 from schemas import filter_v00_pb2 as f00
 from schemas import filter_v2_pb2 as fv2
 from schemas import pipeline_records_pb2 as pr
+from schemas.waku_message_pb2 import WakuMessage
 
 PT = "/waku/2/default-waku/proto"
 
@@ -193,3 +194,29 @@ def test_peer_buckets_are_per_peer_and_bounded():
     now[0] += 5.0                                   # every bucket is full again: forgettable
     assert pb.allow("d") and len(pb._buckets) <= 3
     assert PeerBuckets(0.0, 0.0).allow("x")         # 0: no limit
+
+
+def test_a_restarted_bridge_does_not_push_what_was_received_before_it_started():
+    """A restarted filter job replays its last epoch; the bridge's previous run may have pushed
+    those messages, and this run's de-duplication memory is new: pushes of messages received
+    before this run started (received_time in the PushRecord, copied by the job) are dropped.
+    A record without received_time (0: unknown, an older job) is pushed."""
+    import time
+
+    from ingest.filter.service import START_MARGIN_S, FilterService
+
+    svc = FilterService(None, "B", FilterSettings(), bootstrap_servers="127.0.0.1:1")
+    svc.view.apply("peerA", Change(pr.SUBSCRIBE, PT, ("/a/1/x/proto",)), time.time())
+
+    def rec(h: bytes, received_time: float) -> bytes:
+        return pr.PushRecord(peer_id="peerA", pubsub_topic=PT, message_hash=h, received_time=received_time,
+                             message=WakuMessage(payload=h, content_topic="/a/1/x/proto")).SerializeToString()
+
+    replayed = rec(b"r" * 32, svc.started_at - 5.0)
+    within_margin = rec(b"m" * 32, svc.started_at + START_MARGIN_S / 2)
+    fresh = rec(b"f" * 32, time.time())
+    unknown = rec(b"u" * 32, 0.0)
+    svc._deliver([replayed, within_margin, fresh, unknown])
+    assert svc.push_stats.outcomes["before_start"] == 1
+    svc._deliver([within_margin, fresh, unknown])       # the three went on to the peer's pusher
+    assert svc.push_stats.outcomes["duplicate"] == 3

@@ -16,7 +16,8 @@ import java.io.IOException;
  * <p>The WakuMessage is copied from the IngestRecord (field 2) byte for byte, never re-encoded,
  * so a push carries exactly what was relayed; the pubsub topic is IngestRecord field 1.
  * PushRecord (schemas/pipeline_records.proto): 1 peer_id, 2 pubsub_topic, 3 message,
- * 4 message_hash, 5 protocol, 6 request_id. Null input, bytes that do not parse or a record
+ * 4 message_hash, 5 protocol, 6 request_id, 7 received_time (IngestRecord field 3, copied when
+ * set). Null input, bytes that do not parse or a record
  * without message -> null (the filter job drops such rows before; this is a guard).
  */
 public final class PushEncode implements UDF5<byte[], String, byte[], String, String, byte[]> {
@@ -24,6 +25,7 @@ public final class PushEncode implements UDF5<byte[], String, byte[], String, St
 
   private static final int INGEST_PUBSUB_TOPIC = 1;
   private static final int INGEST_MESSAGE = 2;
+  private static final int INGEST_RECEIVED_TIME = 3;
 
   @Override
   public byte[] call(byte[] ingest, String peerId, byte[] messageHash, String protocol, String requestId) {
@@ -32,6 +34,7 @@ public final class PushEncode implements UDF5<byte[], String, byte[], String, St
     }
     ByteString topic = ByteString.EMPTY;
     ByteString message = null;
+    double receivedTime = 0.0;
     try {
       CodedInputStream in = CodedInputStream.newInstance(ingest);
       while (true) {
@@ -45,6 +48,8 @@ public final class PushEncode implements UDF5<byte[], String, byte[], String, St
           topic = in.readBytes();
         } else if (field == INGEST_MESSAGE && wire == WireFormat.WIRETYPE_LENGTH_DELIMITED) {
           message = in.readBytes();
+        } else if (field == INGEST_RECEIVED_TIME && wire == WireFormat.WIRETYPE_FIXED64) {
+          receivedTime = in.readDouble();
         } else if (!in.skipField(tag)) {
           break;
         }
@@ -69,6 +74,9 @@ public final class PushEncode implements UDF5<byte[], String, byte[], String, St
     if (requestId != null && !requestId.isEmpty()) {
       size += CodedOutputStream.computeStringSize(6, requestId);
     }
+    if (receivedTime != 0.0) {
+      size += CodedOutputStream.computeDoubleSize(7, receivedTime);
+    }
     byte[] out = new byte[size];
     CodedOutputStream cos = CodedOutputStream.newInstance(out);
     try {
@@ -85,6 +93,9 @@ public final class PushEncode implements UDF5<byte[], String, byte[], String, St
       }
       if (requestId != null && !requestId.isEmpty()) {
         cos.writeString(6, requestId);
+      }
+      if (receivedTime != 0.0) {
+        cos.writeDouble(7, receivedTime);
       }
       cos.checkNoSpaceLeft();
     } catch (IOException e) {
