@@ -44,6 +44,10 @@ def retry_conflicts(what: str, op: Callable[[], R], attempts: int = 5, backoff_s
     raise AssertionError("unreachable")
 
 
+# What a creator may see while another creator's first commit is under way.
+CREATE_RACES = ("DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND")
+
+
 def ensure_table(spark: SparkSession, path: str, schema: T.StructType,
                  partition_by: list[str] | None = None, properties: dict[str, str] | None = None) -> None:
     """Create the Delta table at path if it does not exist (idempotent). Jobs starting together
@@ -66,8 +70,9 @@ def ensure_table(spark: SparkSession, path: str, schema: T.StructType,
             retry_conflicts(f"create {path}", create, backoff_s=0.2)
             return
         except AnalysisException as exc:
-            # Another creator has written files but not yet committed the table's first version.
-            if _condition(exc) != "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION" or attempt == 5:
+            # Another creator has written files (or the log directory) but not yet committed the
+            # table's first version: seen as a non-empty location, or as a table not found.
+            if _condition(exc) not in CREATE_RACES or attempt == 5:
                 raise
             time.sleep(0.2 * attempt)
 

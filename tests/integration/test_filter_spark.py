@@ -102,7 +102,8 @@ def test_a_peer_that_moves_bridges_keeps_its_new_subscriptions(spark, tmp_path):
 
 def test_jobs_starting_together_create_their_tables_once(spark, tmp_path):
     """Subscriptions and filter jobs starting together on a fresh warehouse both create
-    `subscriptions`: the loser's conflicting commit (DELTA_PROTOCOL_CHANGED) is retried."""
+    `subscriptions`: the loser's conflicting commit (DELTA_PROTOCOL_CHANGED) is retried, as is a
+    creator that finds the table half-made (DELTA_TABLE_NOT_FOUND: 2 of 120 creators here)."""
     import threading
 
     from pipeline.filter.subscriptions import SUBSCRIPTIONS_SCHEMA
