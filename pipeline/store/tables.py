@@ -68,7 +68,6 @@ def ensure_untimed_index(spark: SparkSession, warehouse: WarehouseSettings) -> N
     index, e.g. after an upgrade; nothing on a new warehouse). Created atomically with its
     content, so it is never there but incomplete."""
     from delta.tables import DeltaTable
-    from pyspark.errors import AnalysisException
 
     path = warehouse.table_path(UNTIMED_INDEX)
     if DeltaTable.isDeltaTable(spark, path):
@@ -79,6 +78,8 @@ def ensure_untimed_index(spark: SparkSession, warehouse: WarehouseSettings) -> N
     try:
         held.select(*UNTIMED_SCHEMA.fieldNames()).coalesce(1).write.format("delta").mode(
             "errorifexists").save(path)
-    except AnalysisException:
-        if not DeltaTable.isDeltaTable(spark, path):  # not a creator's race: a real error
+    except Exception:  # noqa: BLE001 - re-raised unless another creator (maintain) won the race
+        # The loser of two jobs starting together sees the table there, or a concurrent first
+        # commit; either way the winner's table, with the same content, is in place.
+        if not DeltaTable.isDeltaTable(spark, path):
             raise
