@@ -41,6 +41,7 @@ log = logging.getLogger("ingest.filter")
 # within milliseconds; a replayed epoch is up to filter.realtime_checkpoint_interval old).
 START_MARGIN_S = 1.0
 
+
 class FilterMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()

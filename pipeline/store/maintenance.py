@@ -27,6 +27,9 @@ from pipeline.store.tables import UNTIMED_INDEX
 from pipeline.store.validation import audit
 
 log = logging.getLogger("waku.maintain")
+# The warehouse's tables besides `messages` (which compaction treats apart): compacted,
+# vacuumed and counted alike, each when it exists.
+OTHER_TABLES = ("quarantine", "job_metrics", "subscriptions", UNTIMED_INDEX)
 R = TypeVar("R")
 
 
@@ -118,7 +121,7 @@ def compact(spark: SparkSession, settings: MaintainSettings, report: Maintenance
     report.files_before = _file_count(spark, path)
     retry_conflicts("optimize", lambda: DeltaTable.forPath(spark, path).optimize()
            .where(f"received_date >= '{since}'").executeZOrderBy("received_time"))
-    for table in ("quarantine", "job_metrics", "subscriptions", UNTIMED_INDEX):
+    for table in OTHER_TABLES:
         if not _exists(spark, settings.warehouse.table_path(table)):
             continue
         retry_conflicts(f"optimize {table}",
@@ -136,7 +139,7 @@ def vacuum(spark: SparkSession, settings: MaintainSettings, report: MaintenanceR
     if hours < 168:
         # Delta refuses retention below 7 days unless told the readers are known to be short-lived.
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    for table in ("messages", "quarantine", "job_metrics", "subscriptions", UNTIMED_INDEX):
+    for table in ("messages", *OTHER_TABLES):
         path = settings.warehouse.table_path(table)
         if _exists(spark, path):
             retry_conflicts(f"vacuum {table}", lambda p=path: DeltaTable.forPath(spark, p).vacuum(hours))
@@ -148,7 +151,7 @@ def table_rows(spark: SparkSession, warehouse: WarehouseSettings) -> dict[str, i
     """Rows of each table of the warehouse that exists (Delta answers a plain count from the
     file statistics in its log, without reading data files)."""
     out: dict[str, int] = {}
-    for table in ("messages", "quarantine", "subscriptions", "job_metrics", UNTIMED_INDEX):
+    for table in ("messages", *OTHER_TABLES):
         path = warehouse.table_path(table)
         if _exists(spark, path):
             out[table] = spark.read.format("delta").load(path).count()
