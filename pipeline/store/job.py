@@ -6,6 +6,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from pipeline.spark.kafka_io import read_topic_stream
 from pipeline.spark.metrics import JobMetrics
+from pipeline.store.recent import RecentHashes
 from pipeline.store.settings import StoreJobSettings
 from pipeline.store.tables import ensure_store_tables
 from pipeline.store.writer import QuarantineMarks, figures, write_batch
@@ -22,9 +23,10 @@ def start_store_query(spark: SparkSession, settings: StoreJobSettings, available
                                max_offsets_per_trigger=settings.max_offsets_per_trigger or None)
 
     marks = QuarantineMarks(settings.warehouse.table_path("quarantine"), settings.topic)
+    recent = RecentHashes(settings.recent_hashes_max, settings.recent_keep_s)
 
     def process(batch, batch_id: int) -> None:
-        stats = write_batch(batch, batch_id, settings, marks)
+        stats = write_batch(batch, batch_id, settings, marks, recent)
         if metrics is not None:
             metrics.add_figures(query_name, batch_id, figures(stats))
 

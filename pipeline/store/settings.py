@@ -24,6 +24,14 @@ class StoreJobSettings:
     dedup_window_s: float = 120.0
     rows_per_file: int = 250_000
     metrics: JobMetricsSettings | None = None  # [job_metrics]
+    # Hashes kept in memory for the check of recent copies (pipeline/store/recent.py); 0: off.
+    recent_hashes_max: int = 1_000_000
+
+    @property
+    def recent_keep_s(self) -> float:
+        """How far behind the newest receive the recent hashes reach: the window, and the
+        minutes a batch's check widens it by, with one to spare."""
+        return self.dedup_window_s + 3 * 60.0
 
     @classmethod
     def from_config(cls, config: Config) -> "StoreJobSettings":
@@ -36,7 +44,7 @@ class StoreJobSettings:
         return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
                    config.get("topics.messages"), Limits.from_config(config), s["trigger_seconds"],
                    s["max_offsets_per_trigger"], s["starting_offsets"], s["dedup_window_s"], s["rows_per_file"],
-                   JobMetricsSettings.from_config(config, "store"))
+                   JobMetricsSettings.from_config(config, "store"), max(0, s["recent_hashes_max"]))
 
 
 @dataclass(frozen=True)

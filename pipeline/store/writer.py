@@ -5,18 +5,22 @@ Exactly once, across crashes and restarts at any point, without relying on the c
   with the same offsets, so the same rows.
 - Every write is keyed by content, so re-running a batch (or re-reading the topic under a reset
   checkpoint) adds nothing that is already there:
-  - `messages`: de-duplication by message hash, within the batch (earliest receive wins) and
-    against the table with a left anti-join restricted to receive times near the batch's (file
-    skipping keeps it to the files of those minutes). A record re-produced to Kafka at any later
+  - `messages`: de-duplication by message hash, within the batch (earliest receive, then lowest
+    Kafka coordinates, wins) and against the table. A record re-produced to Kafka at any later
     time carries its original receive time, so it is always caught; copies of a timestamped
     message from different bridges are received within `limits.max_clock_skew_s` of its
     timestamp (else refused), so within `store.dedup_window_s` of each other; copies of a
     message without timestamp are checked against every stored one, however old: the untimed
     index (`untimed_hashes`, the hashes alone; appended after the messages commit with the
     batch's untimed hashes it lacks, so a re-run batch completes it).
-    The decision is made on narrow columns (hash, receive time, Kafka coordinates), cached and
-    counted; the payload rows are picked by a broadcast semi-join inside the one Delta write
-    (one commit for messages per batch; no wide copy of the batch is cached).
+    The decision is made on the driver (pipeline/store/recent.py) from the batch's narrow
+    columns (hash, receive time, Kafka coordinates; one Spark job that also fills the cache).
+    The table is checked in memory for receive times the query's `RecentHashes` cover (loaded
+    from Delta at the query's first batch, then kept with what each batch stores), and read
+    (receive times within the window of the batch's minutes, file skipping keeps it to their
+    files) only for what lies below them: replays, records re-produced long after. The payload
+    rows go to Delta in one write, one commit per batch (no join at all when every row is
+    stored; else a broadcast join on the Kafka coordinates of the fewer side).
   - `quarantine`: anti-join on the Kafka coordinates (topic, partition, offset), reading only
     the batch's own offset ranges per partition (file statistics skip the rest of the table);
     skipped when every refused offset of the batch lies above what the table may hold
@@ -39,12 +43,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from pyspark import InheritableThread
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.spark.metrics import BatchFigures
 from pipeline.spark.records import decode_ingest_records
+from pipeline.store.recent import BUCKET_S, BatchDecision, RecentHashes, decide
 from pipeline.store.settings import StoreJobSettings
 from pipeline.store.tables import MESSAGES_SCHEMA, QUARANTINE_SCHEMA, UNTIMED_INDEX, UNTIMED_SCHEMA
 from pipeline.store.tables import untimed as untimed_column
@@ -54,7 +60,6 @@ log = logging.getLogger("waku.store")
 
 STORED_COLUMNS = [f.name for f in MESSAGES_SCHEMA.fields]
 QUARANTINE_COLUMNS = [f.name for f in QUARANTINE_SCHEMA.fields]
-BUCKET_S = 60.0
 
 
 @dataclass
@@ -101,18 +106,6 @@ def _in_ranges(col: Column, ranges: list[tuple[float, float]]) -> Column:
 
 def _received_date(col: Column) -> Column:
     return F.date_format(F.timestamp_micros((col * F.lit(1e6)).cast("bigint")), "yyyy-MM-dd")
-
-
-def winning_copies(valid: DataFrame, existing_hashes: DataFrame) -> DataFrame:
-    """Kafka coordinates (partition, offset) of the rows of `valid` to store: per message hash
-    the earliest receive (then lowest Kafka coordinates), minus hashes already in the table.
-    Narrow: hash, receive time and coordinates only, never payloads."""
-    order = F.struct("received_time", "kafka_partition", "kafka_offset")
-    return (valid.select("message_hash", "received_time", "kafka_partition", "kafka_offset")
-            .groupBy("message_hash")
-            .agg(F.min_by(F.struct("kafka_partition", "kafka_offset"), order).alias("w"))
-            .join(existing_hashes, "message_hash", "left_anti")
-            .select("w.kafka_partition", "w.kafka_offset"))
 
 
 def coordinate_ranges(col_partition: Column, col_offset: Column,
@@ -176,11 +169,53 @@ class _Background:
             raise self.error
 
 
+def _existing_hashes(spark, decision: BatchDecision, valid: DataFrame, settings: StoreJobSettings,
+                     recent: RecentHashes | None, stats: BatchStats) -> tuple[set[bytes], set[bytes]]:
+    """The batch's hashes already stored, and those of them in the untimed index. Each hash once
+    across the whole table: a copy of a timestamped message is received within max_clock_skew_s
+    of its timestamp (else refused), so within the window of the first copy; a message without
+    timestamp can come again any time, so it is checked against the untimed index (every
+    untimed hash stored). Receive times the recent hashes cover are checked in memory; the rest
+    (a replay, re-produced records) reads `messages` within the window of the batch's minutes."""
+    tables = settings.warehouse
+    ranges = received_time_ranges(sorted(decision.buckets), settings.dedup_window_s)
+    if recent is not None and recent.enabled:
+        if not recent.loaded:
+            with stats.phase("load_recent"):
+                floor = recent.start_floor(max(time.time(), decision.max_received))
+                held = (spark.read.format("delta").load(tables.table_path("messages"))
+                        .where(F.col("received_time") >= F.lit(floor))
+                        .select("message_hash", "received_time").toArrow())
+                recent.load(floor, zip(held.column(0).to_pylist(), held.column(1).to_pylist()))
+        existing = {h for h in decision.first if recent.contains(h)}
+        ranges = [(lo, min(hi, recent.floor)) for lo, hi in ranges if lo < recent.floor]
+    else:
+        existing = set()
+    hashes = valid.select("message_hash")
+    if ranges:
+        existing |= _lookup(spark.read.format("delta").load(tables.table_path("messages"))
+                            .where(_in_ranges(F.col("received_time"), ranges)), hashes)
+    indexed: set[bytes] = set()
+    if decision.untimed:
+        indexed = _lookup(spark.read.format("delta").load(tables.table_path(UNTIMED_INDEX)),
+                          hashes.where(untimed_column(F.col("timestamp"))))
+        existing |= indexed
+    return existing, indexed
+
+
+def _lookup(table: DataFrame, hashes: DataFrame) -> set[bytes]:
+    """The hashes of `hashes` (the batch's, cached) that `table` holds."""
+    rows = table.select("message_hash").join(hashes, "message_hash", "left_semi").distinct().collect()
+    return {bytes(r.message_hash) for r in rows}
+
+
 def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
-                quarantine_marks: QuarantineMarks | None = None) -> BatchStats:
+                quarantine_marks: QuarantineMarks | None = None,
+                recent: RecentHashes | None = None) -> BatchStats:
     """Process one micro-batch of waku.messages rows; returns what happened to its rows.
     `quarantine_marks` (kept by the query across its batches) lets batches of new offsets skip
-    the quarantine anti-join; without it every batch runs it."""
+    the quarantine anti-join; without it every batch runs it. `recent` (kept likewise) lets
+    batches of recent receive times skip reading `messages`; without it every batch reads it."""
     spark = batch.sparkSession
     began = time.monotonic()
     tables = settings.warehouse
@@ -190,29 +225,18 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
         "raw_value", F.when(F.col("reason").isNotNull(), F.col("raw_value"))).persist()
     try:
         stats = BatchStats(rule_failures={})
-        buckets: list[int] = []
-        untimed = 0  # valid rows without a sender timestamp
         with stats.phase("validate"):
-            summary = (checked.groupBy("reason", "ephemeral", "kafka_topic", "kafka_partition")
-                       .agg(F.count(F.lit(1)).alias("n"),
-                            F.collect_set(F.floor(F.col("received_time") / BUCKET_S).cast("bigint")).alias("b"),
-                            F.count(F.when(untimed_column(F.col("timestamp")), 1)).alias("untimed"),
-                            F.min("kafka_offset").alias("lo"), F.max("kafka_offset").alias("hi"))
-                       .collect())
-        refused: dict[int, tuple[int, int]] = {}  # Kafka partition -> offsets of refused rows
-        for row in summary:
-            stats.input_rows += row.n
-            if row.reason is not None:
-                stats.quarantined_rows += row.n
-                stats.rule_failures[row.reason] = stats.rule_failures.get(row.reason, 0) + row.n
-                lo, hi = refused.get(row.kafka_partition, (row.lo, row.hi))
-                refused[row.kafka_partition] = (min(lo, row.lo), max(hi, row.hi))
-            elif row.ephemeral:
-                stats.ephemeral_rows += row.n
-            else:
-                stats.valid_rows += row.n
-                buckets += list(row.b)
-                untimed += row.untimed
+            # One Spark job: decode and validate into the cache, and bring the narrow columns
+            # (no payloads) to the driver, where the batch's decision is made.
+            narrow = checked.select(
+                "reason", "ephemeral", "kafka_topic", "kafka_partition", "kafka_offset", "message_hash",
+                "received_time", untimed_column(F.col("timestamp")).alias("untimed")).toArrow()
+            decision = decide(narrow.to_pydict())
+            del narrow
+        stats.input_rows, stats.valid_rows = decision.input_rows, decision.valid_rows
+        stats.ephemeral_rows, stats.quarantined_rows = decision.ephemeral_rows, decision.quarantined_rows
+        stats.rule_failures = dict(decision.rule_failures)
+        refused = decision.refused_ranges
 
         def write_quarantine() -> None:
             with stats.phase("write_quarantine"):
@@ -222,8 +246,7 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
                 # kafka_partition/kafka_offset skip the rest), never the whole table.
                 refused_rows = checked.where(F.col("reason").isNotNull())
                 fresh = False
-                if quarantine_marks is not None and all(
-                        r.kafka_topic == settings.topic for r in summary if r.reason is not None):
+                if quarantine_marks is not None and decision.refused_topics == {settings.topic}:
                     quarantine_marks.load(spark)
                     fresh = quarantine_marks.all_above(refused)
                     quarantine_marks.raise_to(refused)  # before the write: marks stay above the table
@@ -243,51 +266,51 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
         try:
             if stats.valid_rows:
                 valid = checked.where(F.col("reason").isNull() & ~F.col("ephemeral"))
-                ranges = received_time_ranges(buckets, settings.dedup_window_s)
-                existing = (spark.read.format("delta").load(tables.table_path("messages"))
-                            .where(_in_ranges(F.col("received_time"), ranges))
-                            .select("message_hash"))
-                index_path = tables.table_path(UNTIMED_INDEX)
-                if untimed:
-                    # Each hash once across the whole table: a copy of a timestamped message is
-                    # received within max_clock_skew_s of its timestamp (else refused), so within the
-                    # window of the first copy; a message without timestamp can come again any time,
-                    # so it is checked against the untimed index: every untimed hash stored.
-                    existing = existing.unionByName(
-                        spark.read.format("delta").load(index_path).select("message_hash"))
-                # The decision is made and counted on narrow columns (cached: a few bytes a row);
-                # the payload rows are selected by a broadcast semi-join inside the one write.
-                winners = winning_copies(valid, existing).persist()
-                try:
-                    with stats.phase("dedupe"):
-                        stats.stored_rows = winners.count()
-                    if stats.stored_rows:
-                        new = (valid.join(F.broadcast(winners), ["kafka_partition", "kafka_offset"], "left_semi")
-                               .withColumn("received_date", _received_date(F.col("received_time"))))
-                        files = max(1, math.ceil(stats.stored_rows / settings.rows_per_file))
-                        # Files cover disjoint received_time ranges, rows sorted by (received_time,
-                        # digest). A batch within rows_per_file (store.max_offsets_per_trigger at or
-                        # below it) is one file: no range shuffle.
-                        new = new.repartitionByRange(files, "received_time") if files > 1 else new.coalesce(1)
-                        new = new.sortWithinPartitions("received_time", "digest").select(*STORED_COLUMNS)
-                        with stats.phase("write_messages"):
-                            new.write.format("delta").mode("append").save(tables.table_path("messages"))
-                finally:
-                    winners.unpersist()
-                if untimed:
+                with stats.phase("dedupe"):
+                    existing, indexed = _existing_hashes(spark, decision, valid, settings, recent, stats)
+                    winners = decision.winners(existing)
+                stats.stored_rows = len(winners)
+                if winners:
+                    new = valid
+                    if stats.stored_rows < stats.valid_rows:
+                        # The rows to store, picked by Kafka coordinates inside the one write:
+                        # a broadcast semi-join on the winners, or an anti-join on the rest when
+                        # they are fewer (normally none are left out, and there is no join).
+                        picked = {(p, o) for _, p, o in winners.values()}
+                        keep = stats.stored_rows <= stats.valid_rows - stats.stored_rows
+                        if not keep:
+                            picked = set(decision.copies) - picked
+                        coords = spark.createDataFrame(pa.table({
+                            "kafka_partition": pa.array([p for p, _ in picked], pa.int32()),
+                            "kafka_offset": pa.array([o for _, o in picked], pa.int64())}))
+                        new = valid.join(F.broadcast(coords), ["kafka_partition", "kafka_offset"],
+                                         "left_semi" if keep else "left_anti")
+                    new = new.withColumn("received_date", _received_date(F.col("received_time")))
+                    files = max(1, math.ceil(stats.stored_rows / settings.rows_per_file))
+                    # Files cover disjoint received_time ranges, rows sorted by (received_time,
+                    # digest). A batch within rows_per_file (store.max_offsets_per_trigger at or
+                    # below it) is one file: no range shuffle.
+                    new = new.repartitionByRange(files, "received_time") if files > 1 else new.coalesce(1)
+                    new = new.sortWithinPartitions("received_time", "digest").select(*STORED_COLUMNS)
+                    with stats.phase("write_messages"):
+                        new.write.format("delta").mode("append").save(tables.table_path("messages"))
+                if recent is not None and recent.loaded:
+                    recent.add((h, v[0]) for h, v in winners.items())
+                    recent.advance(decision.max_received)
+                fresh_index = decision.untimed - indexed
+                if fresh_index:
                     # After the messages commit (an index row must never stand for a message not
                     # stored): the batch's untimed hashes not yet indexed, whether stored now or by
                     # an earlier run of this batch that ended between the two commits.
                     with stats.phase("write_untimed_index"):
-                        index = spark.read.format("delta").load(index_path).select("message_hash")
-                        fresh_rows = (valid.where(untimed_column(F.col("timestamp")))
-                                      .groupBy("message_hash").agg(F.min("received_time").alias("received_time"))
-                                      .join(index, "message_hash", "left_anti")
-                                      .select(*UNTIMED_SCHEMA.fieldNames()).collect())
-                        if fresh_rows:
-                            (spark.createDataFrame(fresh_rows, UNTIMED_SCHEMA)
-                             .write.format("delta").mode("append").save(index_path))
+                        (spark.createDataFrame(pa.table({
+                            "message_hash": pa.array(sorted(fresh_index), pa.binary()),
+                            "received_time": pa.array([decision.first[h][0] for h in sorted(fresh_index)],
+                                                      pa.float64())}), UNTIMED_SCHEMA)
+                         .write.format("delta").mode("append").save(tables.table_path(UNTIMED_INDEX)))
         except BaseException:
+            if recent is not None:
+                recent.reset()  # it may lack what a commit of this batch added: load it again
             if quarantine is not None:
                 quarantine.join(quiet=True)  # the batch fails with the messages write's error
             raise

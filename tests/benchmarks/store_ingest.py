@@ -366,11 +366,11 @@ def profile(args) -> dict:
         began = time.monotonic()
         for i, name in enumerate(rounds):
             real = writers[name]
-            takes_marks = len(inspect.signature(real).parameters) > 3
+            takes = len(inspect.signature(real).parameters) - 3  # an older writer takes fewer
 
-            def timed(batch, batch_id, settings, *rest, real=real, takes_marks=takes_marks, name=name):
+            def timed(batch, batch_id, settings, *rest, real=real, takes=takes, name=name):
                 t0 = time.time()
-                stats = real(batch, batch_id, settings, *(rest if takes_marks else ()))
+                stats = real(batch, batch_id, settings, *rest[:takes])
                 windows.append((batch_id, t0, time.time(), dict(stats.phase_seconds), stats.input_rows, name))
                 log(f"{name} batch {batch_id}: {stats.input_rows} in, {stats.stored_rows} stored, "
                     f"{time.time() - t0:.2f} s {stats.phase_seconds}")

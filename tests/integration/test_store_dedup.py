@@ -3,6 +3,7 @@ identical message without a timestamp sent again much later is not stored again;
 copy that late is refused by the clock-skew rule, so it cannot be stored twice either."""
 from __future__ import annotations
 
+import json
 import shutil
 import time
 import uuid
@@ -78,3 +79,57 @@ def test_copies_far_apart_are_stored_once(spark, kafka, tmp_path, index):
     assert reasons == ["timestamp_skew"] or len(reasons) == 1, reasons  # the late timestamped copy
     indexed = spark.read.format("delta").load(str(index_path)).collect()
     assert [(bytes(r.message_hash), r.received_time) for r in indexed] == [(hash_of(PT, untimed), now - 3600)]
+
+
+@pytest.mark.parametrize("recent_hashes_max", [1_000_000, 0])
+def test_records_reproduced_later_in_one_query_are_stored_once(spark, kafka, tmp_path, recent_hashes_max):
+    """One running query, several batches: copies of recent messages (checked in the query's
+    memory of recent hashes) and copies of hour-old ones (below that memory: read from
+    `messages`) are stored once; recent_hashes_max=0 reads `messages` for both."""
+    from pipeline.store.job import start_store_query as start
+
+    topic = f"waku.messages.{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka, {topic: 2})
+    cfg = load_config([f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}",
+                       f"warehouse.root={tmp_path / 'wh'}", f"warehouse.checkpoints={tmp_path / 'cp'}",
+                       "store.trigger_seconds=0.2", f"store.recent_hashes_max={recent_hashes_max}"], environ={})
+    now = time.time()
+
+    def records(t0: float, tag: str) -> list[pr.IngestRecord]:
+        return [pr.IngestRecord(pubsub_topic=PT, received_time=t0 + i, bridge_id="A", message=WakuMessage(
+            payload=f"{tag}-{i}".encode(), content_topic="/dedup/1/b/proto", timestamp=int((t0 + i) * 1e9)))
+            for i in range(20)]
+
+    recent, old = records(now - 30, "recent"), records(now - 3600, "old")
+    want = {hash_of(PT, r.message) for r in recent + old}
+    path = cfg.table_path("messages")
+
+    def stored() -> list[bytes]:
+        try:
+            return [bytes(r.message_hash) for r in spark.read.format("delta").load(path).select("message_hash").collect()]
+        except Exception:  # noqa: BLE001 - not created yet
+            return []
+
+    def processed() -> int:
+        """Records the query has read: the sum of its last batch's end offsets."""
+        progress = q.lastProgress
+        end = progress["sources"][0]["endOffset"] if progress else None
+        if not end:
+            return 0
+        end = json.loads(end) if isinstance(end, str) else end
+        return sum(int(o) for parts in end.values() for o in parts.values())
+
+    q = start(spark, StoreJobSettings.from_config(cfg))
+    produced = 0
+    try:
+        for chunk in (recent + old, recent[:10] + old[:10], recent[5:] + old[5:]):
+            produce(kafka, topic, chunk)  # each its own batch or batches
+            produced += len(chunk)
+            deadline = time.time() + 120
+            while processed() < produced and time.time() < deadline:
+                time.sleep(0.2)
+            assert processed() == produced, (processed(), produced)
+    finally:
+        q.stop()
+    got = stored()
+    assert sorted(got) == sorted(want), f"{len(got)} rows for {len(want)} messages"

@@ -99,7 +99,9 @@ def test_store_job_stores_exactly_the_valid_messages_once(spark, kafka, tmp_path
 
 
 def test_stop_at_random_point_restart_and_reproduce_slice(spark, kafka, tmp_path):
-    rng = random.Random(int(time.time()))
+    seed = int(time.time())
+    print("seed", seed)
+    rng = random.Random(seed)
     topic = new_topic(kafka)
     gen = LoadGenerator(LoadProfile(content_topics=20, duplicate_share=0.1, invalid_share=0.05, seed=9))
     records = gen.batch(4000)
