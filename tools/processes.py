@@ -34,6 +34,24 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) of every live process in process group `pgid` (benchmarks:
+    where the cores went). 0 where /proc is missing."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid:   # field 5 of stat: pgrp
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def bridge_command(overrides: Sequence[str] = (), config_file: str | None = None) -> list[str]:
     """argv of `waku-bridge run` with `--set` overrides (same interpreter, works without install)."""
     cmd = [sys.executable, "-m", "ingest.cli", "run"]

@@ -129,6 +129,16 @@ def local_slots_for(job: str, master: str, config: Config, realtime_flag: bool =
     return master
 
 
+def local_driver_memory(job: str, master: str, config: Config) -> str | None:
+    """The store job on a local master: its driver is also its executor and holds a whole
+    micro-batch (the cache and the sort of the messages write); with Spark's 1 GiB default a
+    250,000-record batch spills (docs/benchmarks.md). `store.local_driver_memory`; "" keeps
+    Spark's default. Other jobs and masters are unchanged."""
+    if job != "store" or not master.startswith("local"):
+        return None
+    return config.get("store.local_driver_memory") or None
+
+
 def command(job: str, args: list[str]) -> list[str]:
     if job not in jobs():
         raise ConfigError(f"unknown job {job!r}; jobs: {', '.join(jobs())}")
@@ -146,6 +156,9 @@ def command(job: str, args: list[str]) -> list[str]:
     cmd += ["--conf", "spark.log.level=WARN"]
     for key, value in {**master_defaults(master), **spark.options}.items():
         cmd += ["--conf", f"{key}={value}"]
+    memory = local_driver_memory(job, master, config)
+    if memory and option_value(spark_args, "--driver-memory") is None and "spark.driver.memory" not in spark.options:
+        cmd += ["--driver-memory", memory]
     if not master.startswith("local"):
         cmd += ["--py-files", str(python_zip())]
     cmd += spark_args

@@ -94,23 +94,6 @@ def pct(values: list[float], q: float) -> float | None:
     return round(values[min(len(values) - 1, int(len(values) * q))], 1)
 
 
-def group_cpu_s(pgid: int) -> float:
-    """CPU seconds (user + system) of every live process in process group `pgid`."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[2]) == pgid:   # field 5 of stat: pgrp
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
 def load_average() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -356,7 +339,7 @@ def main() -> int:
     nclients = args.clients or 50
 
     from tools.embedded_kafka import EmbeddedKafka
-    from tools.processes import start_bridge
+    from tools.processes import group_cpu_s, start_bridge
 
     tmp = Path(tempfile.mkdtemp(prefix="filter-bench-"))
     (tmp / "logs").mkdir()

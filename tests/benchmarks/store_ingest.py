@@ -2,7 +2,8 @@
 service's fresh tail answering over libp2p (issue 12).
 
     .venv/bin/python tests/benchmarks/store_ingest.py [--quick] [--rate R] [--producers P]
-        [--seconds S] [--max-offsets N] [--payload-bytes B] [--probe-rate Q] [--keep DIR]
+        [--seconds S] [--warmup W] [--max-offsets N] [--payload-bytes B] [--probe-rate Q]
+        [--no-service] [--keep DIR]
 
 Every component is its own process, on loopback, from a temporary directory:
   - an embedded Kafka broker, topic waku.messages with 4 partitions;
@@ -10,23 +11,30 @@ Every component is its own process, on loopback, from a temporary directory:
     `store.max_offsets_per_trigger` set (default 50,000 records per micro-batch, 20,000 with --quick);
   - bridge B: `waku-bridge run` with only the store service (Delta reader + its Kafka tail);
   - P producer processes (`--role producer`), each offering rate/P records per second of the
-    load generator's mix (1 KiB payloads; 5 % duplicates, 2 % ephemeral, 1 % invalid) for the
-    run's length, paced per producer; the offered rate reached is measured, not assumed;
+    load generator's mix (1 KiB payloads; 5 % duplicates, 2 % ephemeral, 1 % invalid). Each
+    generates its records before the load starts (stamped with the receive time at which they
+    are due: generating is the load generator's work, ~12 µs a record in Python, not the
+    system's) and sends them on schedule with librdkafka (confluent-kafka, acks=all, the Java
+    client's murmur2 partitioner on the hash key); the offered rate reached is measured;
   - a prober process (`--role prober`): `--probe-rate` times a second it produces one new
     message (acks=all), and from the acknowledgement polls B over libp2p with a store v3 query
     by that message hash (every 5 ms) until B answers it.
+  `--no-service` leaves bridge B and the prober out: the store job's throughput with only the
+  broker and the producers beside it on the cores (queryable figures are then null).
 
-Sequence: broker, store job and bridge B start; a warm-up of 2,000 records is produced and the
+Sequence: broker, store job and bridge B start; a first 2,000 records are produced and the
 time from `spark-submit` to their first Delta commit is `startup_s` (JVM, Spark session, first
-batch's code generation: reported apart, not in any rate or latency). Then the load runs for
-`--seconds` (2 min by default, 20 s with --quick), and the benchmark waits up to `--drain`
-seconds for the job to commit what was offered.
+batch's code generation: reported apart, not in any rate or latency). Then the producers offer
+`--rate` for `--warmup` seconds (30; 10 with --quick: the broker's, the job's and bridge B's JIT
+and caches warm up under the real load; not measured) and go on at the same rate for
+`--seconds` (2 min by default, 20 s with --quick), the measured window; the benchmark then
+waits up to `--drain` seconds for the job to commit what was offered.
 
-What is measured:
-  offered_per_s      records the producers sent / the load's length (all producers together)
+What is measured (over the measured window):
+  offered_per_s      records the producers sent / the window's length (all producers together)
   messages_per_s     steady-state throughput: rows committed to Delta `messages` per second
-                     between the first and the last commit of load rows (start-up excluded)
-  committed_p50_s/p99_s  per stored message of the load (every one the producers offered that
+                     between the first and the last commit after the window began
+  committed_p50_s/p99_s  per stored message of the window (every one the producers offered that
                      the store must hold: valid, not ephemeral, first copy): Delta commit time
                      (the mtime of the _delta_log entry that added its file) - Kafka append time
                      (the record's CreateTime); messages not committed by the end of the drain
@@ -35,7 +43,10 @@ What is measured:
   queryable_p50_ms/p99_ms  per probe: first answer from B containing the message - Kafka
                      acknowledgement; probes not answered within 30 s (5 s with --quick) count as
                      missing (`queryable_missing`) and as +inf in the percentiles
-  missing            load messages not committed by the end
+  missing            window messages not committed by the end
+  load_cpu_s, load_cpu_us_per_record  CPU seconds of each component during the window (the store
+                     job's driver and executors, the broker, bridge B, the prober, the producers'
+                     sending), and per offered record: where the two cores go
   batch_*            the store job's own per-batch figures from its log (time per phase)
   load_avg_*         os.getloadavg() at start and end (the machine is shared)
 
@@ -103,36 +114,67 @@ def finite(x: float, digits: int) -> float | None:
 
 def role_producer(spec: dict) -> None:
     """Offer spec['rate'] records/s for spec['seconds'] from spec['start_at'] (wall clock).
-    Writes the hashes the store must hold (32 bytes each) to spec['out'] + '.hashes' and a JSON
-    summary to spec['out']."""
-    from tools.loadgen import LoadGenerator, LoadProfile, producer
+
+    The records (the load generator's mix) are generated before the load starts, each stamped
+    with the receive time at which it is due, so generating them (~12 µs a record in Python) is
+    not part of the offered load; they are then sent on schedule with librdkafka
+    (confluent-kafka: acks=all, the Java client's murmur2 partitioner on the message-hash key,
+    Kafka CreateTime set when the record is handed over). Writes the hashes the store must hold
+    (32 bytes each) to spec['out'] + '.hashes' and a JSON summary to spec['out']."""
+    from confluent_kafka import Producer
+
+    from tools.loadgen import LoadGenerator, LoadProfile
 
     gen = LoadGenerator(LoadProfile(payload_bytes=spec["payload_bytes"], seed=spec["seed"]))
-    p = producer(spec["bootstrap"], linger_ms=5, batch_size=1 << 20)
-    rate, seconds = spec["rate"], spec["seconds"]
-    delay = spec["start_at"] - time.time()
+    rate, seconds, start_at = spec["rate"], spec["seconds"], spec["start_at"]
+    warm = int(rate * spec.get("warmup_s", 0.0))  # sent first at the same rate, not counted
+    count = warm + int(rate * seconds)
+    t0 = time.process_time()
+    records = [gen.next(start_at + i / rate) for i in range(warm)]
+    warm_stored = len(gen.truth.stored)
+    records += [gen.next(start_at + i / rate) for i in range(warm, count)]
+    generate_cpu_s = time.process_time() - t0
+    failed = []
+    p = Producer({"bootstrap.servers": spec["bootstrap"], "acks": "all", "linger.ms": spec.get("linger", 5),
+                  "batch.size": 1 << 20, "message.max.bytes": 4 << 20, "partitioner": "murmur2_random",
+                  "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 4 << 20,
+                  "delivery.report.only.error": True,
+                  "on_delivery": lambda err, msg: failed.append(str(err)) if err else None})
+    delay = start_at - time.time()
+    late_start = max(0.0, -delay)
     if delay > 0:
         time.sleep(delay)
     began = time.monotonic()
-    sent = behind = 0
-    while True:
-        now = time.monotonic()
-        if now - began >= seconds:
-            break
-        due = began + sent / rate
-        if due > now:
-            time.sleep(due - now)
-        elif now - due > 0.5:
-            behind += 1
-        r = gen.next()
-        p.send(TOPIC, key=r.key, value=r.value)
-        sent += 1
-    took = time.monotonic() - began
-    p.flush()
-    p.close()
-    Path(spec["out"] + ".hashes").write_bytes(b"".join(gen.truth.stored))
-    Path(spec["out"]).write_text(json.dumps({"sent": sent, "seconds": took, "stored": len(gen.truth.stored),
-                                             "flushed_at": time.time()}))
+    cpu0 = time.process_time()
+    measured_from = None
+    sent = 0
+    produce = p.produce
+    while sent < count:
+        if measured_from is None and sent >= warm:
+            measured_from, cpu0 = time.monotonic(), time.process_time()
+        due = min(count, int((time.monotonic() - began) * rate) + 1)
+        while sent < due:
+            r = records[sent]
+            try:
+                produce(TOPIC, r.value, r.key)
+            except BufferError:  # librdkafka's queue is full: serve it, then retry
+                p.poll(0.005)
+                continue
+            records[sent] = None  # sent: its memory may go
+            sent += 1
+        p.poll(0)
+        if sent < count:
+            time.sleep(0.004)  # ~linger.ms: each wake-up hands librdkafka a few dozen records
+    took = time.monotonic() - (measured_from or began)
+    left = p.flush(60)
+    stored = list(gen.truth.stored)[warm_stored:]  # the measured window's messages
+    Path(spec["out"] + ".hashes").write_bytes(b"".join(stored))
+    sent -= warm
+    Path(spec["out"]).write_text(json.dumps({
+        "sent": sent, "warmup_sent": warm, "seconds": took, "stored": len(stored), "flushed_at": time.time(),
+        "late_start_s": round(late_start, 2), "generate_cpu_s": round(generate_cpu_s, 1),
+        "send_cpu_us_per_record": round((time.process_time() - cpu0) / max(sent, 1) * 1e6, 2),
+        "undelivered": left + len(failed), "errors": failed[:5]}))
 
 
 def role_prober(spec: dict) -> None:
@@ -149,6 +191,7 @@ def role_prober(spec: dict) -> None:
 
     out = open(spec["out"], "a", buffering=1)
     p = producer(spec["bootstrap"], linger_ms=0)
+    time.sleep(max(0.0, spec.get("start_at", 0.0) - time.time()))  # after the load's warm-up
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
@@ -456,6 +499,11 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=50_000.0, help="offered records/s, all producers")
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=None, help="length of the load")
+    parser.add_argument("--warmup", type=float, default=None,
+                        help="seconds of load at the same rate before the measured window (default 30; 10 with --quick)")
+    parser.add_argument("--no-service", action="store_true",
+                        help="no bridge B and no prober: the store job's throughput with only the broker and "
+                             "the producers beside it (queryable figures are then null)")
     parser.add_argument("--drain", type=float, default=None, help="max wait for the job to catch up")
     parser.add_argument("--max-offsets", type=int, default=None,
                         help="store.max_offsets_per_trigger (default 50,000; 20,000 with --quick)")
@@ -497,20 +545,24 @@ def main() -> int:
         return 0
     seconds = args.seconds or (20.0 if args.quick else 120.0)
     drain = args.drain or (30.0 if args.quick else 60.0)
+    if args.warmup is None:
+        args.warmup = 10.0 if args.quick else 30.0
 
     import numpy as np
 
     from core.kafka import ensure_topics
     from tools.embedded_kafka import EmbeddedKafka
     from tools.loadgen import LoadGenerator, LoadProfile, produce
-    from tools.processes import start_bridge
+    from tools.processes import group_cpu_s, start_bridge
 
     load_start = os.getloadavg()
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="waku-bench-store-"))
     (tmp / "logs").mkdir(parents=True, exist_ok=True)
     kport, cport = free_port(), free_port()
     broker = EmbeddedKafka(data_dir=tmp / "kafka", port=kport, controller_port=cport,
-                           jar_dir=REPO / ".cache/jars/kafka", heap="-Xmx1g")
+                           jar_dir=REPO / ".cache/jars/kafka", heap="-Xmx1g",
+                           # a backlog larger than the default 1 GiB a partition stays readable
+                           extra_config={"log.retention.bytes": -1})
     broker.start()
     bootstrap = broker.bootstrap_servers
     overrides = [
@@ -531,13 +583,13 @@ def main() -> int:
                                stdout=job_log.open("ab"), stderr=subprocess.STDOUT, cwd=REPO,
                                start_new_session=True)
         procs.append(job)
-        bridge = start_bridge(overrides + [
+        bridge = None if args.no_service else start_bridge(overrides + [
             f"bridge.key_file={tmp / 'b' / 'key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
             "bridge.ws_port=-1", "bridge.metrics_port=-1", "store_service.enabled=true",
             "store_service.refresh_interval_s=0.5", "store_service.max_queries_per_peer_per_s=0",
             "filter.enabled=false", "bridge.lightpush_enabled=false"],
             log=(tmp / "logs" / "bridge-b.log").open("a"), timeout=120)
-        peer = bridge.tcp_addr.replace("0.0.0.0", "127.0.0.1")
+        peer = bridge.tcp_addr.replace("0.0.0.0", "127.0.0.1") if bridge else None
         log(f"bridge B at {peer}; store job submitted (log {job_log})")
 
         # Warm-up: start-up of the job is measured apart (submit -> first Delta commit of rows).
@@ -561,34 +613,56 @@ def main() -> int:
         warm_batch = last_batch(job_log)
         log(f"start-up: first commit {results['startup_s']} s after spark-submit; load starts")
 
-        start_at = time.time() + 2.0
         per = args.rate / args.producers
+        # The producers generate their records first (~15 µs each, all sharing the cores).
+        warmup = args.warmup
+        start_at = (time.time() + 3.0
+                    + per * (seconds + warmup) * 15e-6 * args.producers / (os.cpu_count() or 2))
+        measure_at = start_at + warmup
         for i in range(args.producers):
-            spec = {"bootstrap": bootstrap, "rate": per, "seconds": seconds, "seed": 100 + i,
+            spec = {"bootstrap": bootstrap, "rate": per, "seconds": seconds, "seed": 100 + i, "warmup_s": warmup,
                     "payload_bytes": args.payload_bytes, "start_at": start_at,
                     "out": str(tmp / f"producer-{i}.json")}
             procs.append(subprocess.Popen([sys.executable, __file__, "--role", "producer", "--spec", json.dumps(spec)],
                                           stdout=(tmp / "logs" / f"producer-{i}.log").open("ab"),
                                           stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True))
         probe_out = tmp / "probes.jsonl"
-        prober = subprocess.Popen([sys.executable, __file__, "--role", "prober", "--spec", json.dumps(
-            {"bootstrap": bootstrap, "peer": peer, "rate": args.probe_rate, "timeout_s": 5.0 if args.quick else 30.0,
-             "out": str(probe_out)})], stdout=(tmp / "logs" / "prober.log").open("ab"),
-            stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
-        procs.append(prober)
-        load_commit_from = watcher.version
+        prober = None
+        if not args.no_service:
+            prober = subprocess.Popen([sys.executable, __file__, "--role", "prober", "--spec", json.dumps(
+                {"bootstrap": bootstrap, "peer": peer, "rate": args.probe_rate, "timeout_s": 5.0 if args.quick else 30.0,
+                 "start_at": measure_at, "out": str(probe_out)})], stdout=(tmp / "logs" / "prober.log").open("ab"),
+                stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+            procs.append(prober)
         watcher.start()
         producers = procs[1:1 + args.producers]
+        # CPU per component during the measured load (where the two cores go).
+        groups = {"store_job": job.pid, "kafka_broker": broker._proc.pid}
+        if bridge is not None:
+            groups.update(bridge_b=bridge.proc.pid, prober=prober.pid)
+        time.sleep(max(0.0, start_at - time.time()))
+        log(f"load starts: {warmup:.0f} s of warm-up at the same rate, then {seconds:.0f} s measured")
+        time.sleep(max(0.0, measure_at - time.time()))
+        load_commit_from = watcher.version
+        cpu0 = {k: group_cpu_s(v) for k, v in groups.items()}
         for i, p in enumerate(producers):
-            if p.wait(seconds + 120) != 0:
+            if p.wait(seconds + 300) != 0:
                 raise RuntimeError(f"producer {i} exited with {p.returncode}: see {tmp / 'logs'}")
         ended = time.time()
+        cpu1 = {k: group_cpu_s(v) for k, v in groups.items()}
         summaries = [json.loads((tmp / f"producer-{i}.json").read_text()) for i in range(args.producers)]
         sent = sum(s["sent"] for s in summaries)
         results["offered_per_s"] = round(sent / max(s["seconds"] for s in summaries))
         results["offered_records"] = sent
+        results["producer_late_start_s"] = max(s["late_start_s"] for s in summaries)
+        results["undelivered"] = sum(s["undelivered"] for s in summaries)
+        cpu = {k: round(cpu1[k] - cpu0[k], 1) for k in groups}
+        cpu["producers"] = round(sum(s["send_cpu_us_per_record"] * s["sent"] for s in summaries) / 1e6, 1)
+        results["load_cpu_s"] = cpu
+        results["load_cpu_us_per_record"] = {k: round(v / max(sent, 1) * 1e6, 1) for k, v in cpu.items()}
         log(f"offered {sent} records in {seconds:.0f} s: {results['offered_per_s']}/s; draining")
-        prober.send_signal(signal.SIGTERM)
+        if prober is not None:
+            prober.send_signal(signal.SIGTERM)
 
         expected = np.concatenate([np.frombuffer((tmp / f"producer-{i}.json.hashes").read_bytes(), dtype=np.uint8)
                                    .reshape(-1, 32)[:, :8].copy().view(np.uint64).ravel()
@@ -602,7 +676,8 @@ def main() -> int:
         while time.monotonic() < drain_end and committed_count() < len(expected):
             time.sleep(1.0)
         try:
-            prober.wait(40)
+            if prober is not None:
+                prober.wait(40)
         except subprocess.TimeoutExpired:
             prober.kill()
         watcher.stop_event.set()
@@ -666,7 +741,7 @@ def main() -> int:
     results.update(load_avg_start=[round(x, 2) for x in load_start],
                    load_avg_end=[round(x, 2) for x in os.getloadavg()],
                    rate_asked=args.rate, producers=args.producers, seconds=seconds,
-                   max_offsets_per_trigger=args.max_offsets, trigger_seconds=args.trigger_seconds,
+                   no_service=args.no_service, warmup_s=args.warmup, max_offsets_per_trigger=args.max_offsets, trigger_seconds=args.trigger_seconds,
                    payload_bytes=args.payload_bytes, probe_rate=args.probe_rate, master=args.master,
                    cores=os.cpu_count(), quick=args.quick, date=time.strftime("%Y-%m-%d"))
     print(json.dumps(results), flush=True)

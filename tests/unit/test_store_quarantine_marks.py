@@ -1,6 +1,7 @@
-"""QuarantineMarks (pipeline/store/writer.py): when a batch may skip the quarantine anti-join.
-The Spark side (loading the maxima, the restricted anti-join) runs in
-tests/integration/test_store_job.py (reset checkpoint, re-produced records)."""
+"""QuarantineMarks (pipeline/store/writer.py): when a batch may skip the quarantine anti-join; and the
+Kafka-coordinate predicate that picks the rows a batch stores. The Spark side (loading the maxima,
+the restricted anti-join, the rows picked) runs in tests/integration/test_store_job.py (reset
+checkpoint, re-produced records)."""
 from __future__ import annotations
 
 from pipeline.store.writer import QuarantineMarks
@@ -32,3 +33,12 @@ def test_marks_rise_with_each_write_and_never_fall():
     assert not m.all_above({0: (3, 8)})  # the same batch run again
     m.raise_to({0: (1, 2), 1: (7, 9)})
     assert m.marks == {0: 4, 1: 9}
+
+
+def test_coordinate_predicate_is_one_in_set_per_partition():
+    from pipeline.store.writer import coordinate_predicate
+
+    text = coordinate_predicate("kafka_partition", "kafka_offset", {(1, 9), (0, 3), (1, 2), (0, 10)})
+    assert text == ("(kafka_partition = 0 AND kafka_offset IN (3,10)) OR "
+                    "(kafka_partition = 1 AND kafka_offset IN (2,9))")
+    assert coordinate_predicate("p", "o", set()) == "false"

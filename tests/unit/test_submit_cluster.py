@@ -46,3 +46,19 @@ def test_a_driver_importing_from_the_zip_finds_the_checkout(tmp_path):
     assert out.returncode == 0, out.stderr
     root, master, schema = out.stdout.split()
     assert (root, master, schema) == (str(REPO_ROOT), "local[2]", "True")
+
+
+def test_store_job_on_a_local_master_gets_its_driver_memory():
+    """The store job's local driver holds a whole micro-batch (store.local_driver_memory); the
+    user's own --driver-memory or spark.driver.memory wins; other jobs and masters keep Spark's."""
+    def memory(job: str, *args: str) -> list[str]:
+        cmd = submit.command(job, list(args))
+        return [cmd[i + 1] for i, a in enumerate(cmd) if a == "--driver-memory"]
+
+    assert memory("store", "--set", "spark.master=local[2]") == ["4g"]
+    assert memory("store", "--set", "store.local_driver_memory=6g") == ["6g"]
+    assert memory("store", "--set", "store.local_driver_memory=") == []
+    assert memory("store", "--driver-memory", "2g") == ["2g"]
+    assert memory("store", "--set", "spark.options=spark.driver.memory=3g") == []
+    assert memory("store", "--master", "spark://m:7077") == []
+    assert memory("filter") == []
