@@ -25,7 +25,7 @@ class StoreJobSettings:
     rows_per_file: int = 250_000
     metrics: JobMetricsSettings | None = None  # [job_metrics]
     # Hashes kept in memory for the check of recent copies (pipeline/store/recent.py); 0: off.
-    recent_hashes_max: int = 1_000_000
+    recent_hashes_max: int = 10_000_000
 
     @property
     def recent_keep_s(self) -> float:

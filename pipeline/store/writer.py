@@ -43,14 +43,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import InheritableThread
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.spark.metrics import BatchFigures
 from pipeline.spark.records import decode_ingest_records
-from pipeline.store.recent import BUCKET_S, BatchDecision, RecentHashes, decide
+from pipeline.store.recent import BUCKET_S, HASH_DTYPE, BatchDecision, RecentHashes, decide
 from pipeline.store.settings import StoreJobSettings
 from pipeline.store.tables import MESSAGES_SCHEMA, QUARANTINE_SCHEMA, UNTIMED_INDEX, UNTIMED_SCHEMA
 from pipeline.store.tables import untimed as untimed_column
@@ -198,8 +200,9 @@ def _existing_hashes(spark, decision: BatchDecision, valid: DataFrame, settings:
                 held = (spark.read.format("delta").load(tables.table_path("messages"))
                         .where(F.col("received_time") >= F.lit(floor))
                         .select("message_hash", "received_time").toArrow())
-                recent.load(floor, zip(held.column(0).to_pylist(), held.column(1).to_pylist()))
-        existing = {h for h in decision.first if recent.contains(h)}
+                recent.load_arrays(floor, _hash_column(held.column(0)),
+                                   held.column(1).to_numpy().astype(float, copy=False))
+        existing = recent.contains_many(list(decision.first))
         ranges = [(lo, min(hi, recent.floor)) for lo, hi in ranges if lo < recent.floor]
     else:
         existing = set()
@@ -213,6 +216,19 @@ def _existing_hashes(spark, decision: BatchDecision, valid: DataFrame, settings:
                           hashes.where(untimed_column(F.col("timestamp"))))
         existing |= indexed
     return existing, indexed
+
+
+def _hash_column(col: pa.ChunkedArray) -> np.ndarray:
+    """An Arrow column of 32-byte message hashes as a NumPy S32 array, without a Python object
+    per hash (the recent hashes' load reads millions)."""
+    arr = col.combine_chunks().cast(pa.binary()) if col.num_chunks else pa.array([], pa.binary())
+    if not len(arr):
+        return np.empty(0, dtype=HASH_DTYPE)
+    if pc.any(pc.not_equal(pc.binary_length(arr), 32)).as_py() or arr.null_count:
+        return np.array(arr.to_pylist(), dtype=HASH_DTYPE)  # not the table's contract: the slow way
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + len(arr) + 1]
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return data.view(HASH_DTYPE).copy()
 
 
 def _lookup(table: DataFrame, hashes: DataFrame) -> set[bytes]:

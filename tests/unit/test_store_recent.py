@@ -67,3 +67,22 @@ def test_recent_hashes_bounded_by_dropping_their_oldest_minutes():
     assert r.size <= 5 and r.floor == 120.0
     assert not r.contains(bytes([3])) and all(r.contains(bytes([i])) for i in range(4, 8))
     assert RecentHashes(0, 60.0).enabled is False
+
+
+def test_recent_hashes_look_up_a_batch_exactly_like_a_set():
+    seed = 20261124
+    print(f"seed {seed}")
+    rnd = random.Random(seed)
+    r = RecentHashes(max_hashes=1_000_000, keep_s=3600.0)
+    held = [rnd.randbytes(32) for _ in range(5000)]
+    # hashes ending (or starting) in zero bytes, and ones differing only in their last byte
+    held += [b"\x00" * 31 + b"\x01", b"\x07" * 31 + b"\x00", b"\x00" * 32, rnd.randbytes(28) + b"\x00" * 4]
+    pairs = [(h, rnd.uniform(0.0, 600.0)) for h in held]
+    r.load(0.0, pairs)
+    r.add(pairs[:100])  # already held: no growth
+    assert r.size == len(set(held))
+    others = [rnd.randbytes(32) for _ in range(5000)]
+    others += [b"\x00" * 31 + b"\x02", b"\x07" * 31 + b"\x01", b"\x00" * 31 + b"\x03"]
+    batch = held[::3] + others
+    rnd.shuffle(batch)
+    assert r.contains_many(batch) == set(held) & set(batch)
