@@ -144,6 +144,7 @@ def role_producer(spec: dict) -> None:
     late_start = max(0.0, -delay)
     if delay > 0:
         time.sleep(delay)
+    Path(spec["out"] + ".started").write_text(str(time.time()))  # the harness measures from here + warm-up
     began = time.monotonic()
     cpu0 = time.process_time()
     measured_from = None
@@ -191,7 +192,10 @@ def role_prober(spec: dict) -> None:
 
     out = open(spec["out"], "a", buffering=1)
     p = producer(spec["bootstrap"], linger_ms=0)
-    time.sleep(max(0.0, spec.get("start_at", 0.0) - time.time()))  # after the load's warm-up
+    start_file = Path(spec["start_file"])  # the harness writes when the measured window begins
+    while not start_file.exists():
+        time.sleep(0.05)
+    time.sleep(max(0.0, float(start_file.read_text()) - time.time()))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
@@ -617,8 +621,7 @@ def main() -> int:
         # The producers generate their records first (~15 µs each, all sharing the cores).
         warmup = args.warmup
         start_at = (time.time() + 3.0
-                    + per * (seconds + warmup) * 15e-6 * args.producers / (os.cpu_count() or 2))
-        measure_at = start_at + warmup
+                    + per * (seconds + warmup) * 20e-6 * args.producers / (os.cpu_count() or 2))
         for i in range(args.producers):
             spec = {"bootstrap": bootstrap, "rate": per, "seconds": seconds, "seed": 100 + i, "warmup_s": warmup,
                     "payload_bytes": args.payload_bytes, "start_at": start_at,
@@ -631,7 +634,7 @@ def main() -> int:
         if not args.no_service:
             prober = subprocess.Popen([sys.executable, __file__, "--role", "prober", "--spec", json.dumps(
                 {"bootstrap": bootstrap, "peer": peer, "rate": args.probe_rate, "timeout_s": 5.0 if args.quick else 30.0,
-                 "start_at": measure_at, "out": str(probe_out)})], stdout=(tmp / "logs" / "prober.log").open("ab"),
+                 "start_file": str(tmp / "measure_at"), "out": str(probe_out)})], stdout=(tmp / "logs" / "prober.log").open("ab"),
                 stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
             procs.append(prober)
         watcher.start()
@@ -640,7 +643,13 @@ def main() -> int:
         groups = {"store_job": job.pid, "kafka_broker": broker._proc.pid}
         if bridge is not None:
             groups.update(bridge_b=bridge.proc.pid, prober=prober.pid)
-        time.sleep(max(0.0, start_at - time.time()))
+        started = [Path(str(tmp / f"producer-{i}.json") + ".started") for i in range(args.producers)]
+        while not all(f.exists() for f in started):  # a producer still generating starts late
+            if any(p.poll() not in (None, 0) for p in producers):
+                raise RuntimeError(f"a producer failed: see {tmp / 'logs'}")
+            time.sleep(0.1)
+        measure_at = max(float(f.read_text()) for f in started) + warmup
+        (tmp / "measure_at").write_text(str(measure_at))
         log(f"load starts: {warmup:.0f} s of warm-up at the same rate, then {seconds:.0f} s measured")
         time.sleep(max(0.0, measure_at - time.time()))
         load_commit_from = watcher.version
