@@ -20,7 +20,7 @@ Exactly once, across crashes and restarts at any point, without relying on the c
     (receive times within the window of the batch's minutes, file skipping keeps it to their
     files) only for what lies below them: replays, records re-produced long after. The payload
     rows go to Delta in one write, one commit per batch (no join at all when every row is
-    stored; else a broadcast join on the Kafka coordinates of the fewer side).
+    stored; else a filter on the Kafka offsets of the fewer side, one IN-set per partition).
   - `quarantine`: anti-join on the Kafka coordinates (topic, partition, offset), reading only
     the batch's own offset ranges per partition (file statistics skip the rest of the table);
     skipped when every refused offset of the batch lies above what the table may hold
