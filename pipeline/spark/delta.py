@@ -68,6 +68,8 @@ def ensure_table(spark: SparkSession, path: str, schema: T.StructType,
     for attempt in range(1, 6):
         try:
             retry_conflicts(f"create {path}", create, backoff_s=0.2)
+            if properties:
+                ensure_properties(spark, path, properties)
             return
         except AnalysisException as exc:
             # Another creator has written files (or the log directory) but not yet committed the
@@ -75,6 +77,21 @@ def ensure_table(spark: SparkSession, path: str, schema: T.StructType,
             if _condition(exc) not in CREATE_RACES or attempt == 5:
                 raise
             time.sleep(0.2 * attempt)
+
+
+def ensure_properties(spark: SparkSession, path: str, properties: dict[str, str]) -> None:
+    """Give an existing table the properties it lacks or holds with another value (a table made
+    by an older version); one metadata commit, only when something differs."""
+    from delta.tables import DeltaTable
+
+    held = DeltaTable.forPath(spark, path).detail().select("properties").first()[0] or {}
+    missing = {k: v for k, v in properties.items() if held.get(k) != v}
+    if not missing:
+        return
+    settings = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(missing.items()))
+    log.info("table %s: setting %s", path, settings)
+    retry_conflicts(f"set properties of {path}",
+                    lambda: spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({settings})"), backoff_s=0.2)
 
 
 def _condition(exc: BaseException) -> str | None:

@@ -42,6 +42,10 @@ QUARANTINE_SCHEMA = T.StructType([
 # timestamp. Such a message can come again at any time, so its copies are checked against the
 # whole retention; this narrow table (32 bytes a row, only untimed messages) is what that check
 # reads, instead of every file of `messages` that holds an untimed row (docs/decisions.md).
+# Quarantine takes a commit in every batch that refused a record: checkpoint as seldom as
+# `messages` (Delta's default of 10 put a ~2 s checkpoint in every tenth batch).
+QUARANTINE_PROPERTIES = {"delta.checkpointInterval": "100"}
+
 UNTIMED_INDEX = "untimed_hashes"
 UNTIMED_SCHEMA = T.StructType([
     T.StructField("message_hash", T.BinaryType(), False),
@@ -57,7 +61,7 @@ def untimed(timestamp: Column) -> Column:
 def ensure_store_tables(spark: SparkSession, warehouse: WarehouseSettings) -> None:
     ensure_table(spark, warehouse.table_path("messages"), MESSAGES_SCHEMA, list(MESSAGES_PARTITION_BY),
                  MESSAGES_PROPERTIES)
-    ensure_table(spark, warehouse.table_path("quarantine"), QUARANTINE_SCHEMA)
+    ensure_table(spark, warehouse.table_path("quarantine"), QUARANTINE_SCHEMA, properties=QUARANTINE_PROPERTIES)
     ensure_job_metrics_table(spark, warehouse.table_path("job_metrics"))
     ensure_untimed_index(spark, warehouse)
 

@@ -121,3 +121,35 @@ def test_stop_at_random_point_restart_and_reproduce_slice(spark, kafka, tmp_path
     cfg2 = job_config(kafka, topic, tmp_path, **{"warehouse.checkpoints": str(tmp_path / "cp2")})
     run_available_now(spark, cfg2)
     assert_store_matches(spark, cfg2, gen, exact_quarantine=False)
+
+
+def test_store_tables_of_an_older_version_get_the_current_properties(spark, tmp_path):
+    """A warehouse made when `messages` and `quarantine` checkpointed every 20 and 10 commits
+    gets the current interval (100) at the store job's start, in one metadata commit each; a
+    table already right gets no commit."""
+    from delta.tables import DeltaTable
+
+    from core.settings import WarehouseSettings
+    from core.tables import MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES
+    from pipeline.spark.delta import ensure_table
+    from pipeline.store.tables import MESSAGES_SCHEMA, QUARANTINE_SCHEMA, ensure_store_tables
+
+    wh = WarehouseSettings(str(tmp_path / "wh"), str(tmp_path / "cp"))
+    old = {**MESSAGES_PROPERTIES, "delta.checkpointInterval": "20"}
+    ensure_table(spark, wh.table_path("messages"), MESSAGES_SCHEMA, list(MESSAGES_PARTITION_BY), old)
+    ensure_table(spark, wh.table_path("quarantine"), QUARANTINE_SCHEMA)
+
+    def props(table: str) -> dict:
+        return DeltaTable.forPath(spark, wh.table_path(table)).detail().select("properties").first()[0]
+
+    def version(table: str) -> int:
+        return DeltaTable.forPath(spark, wh.table_path(table)).history(1).select("version").first()[0]
+
+    assert props("messages")["delta.checkpointInterval"] == "20"
+    ensure_store_tables(spark, wh)
+    assert props("messages")["delta.checkpointInterval"] == "100"
+    assert props("messages")["delta.dataSkippingStatsColumns"] == MESSAGES_PROPERTIES["delta.dataSkippingStatsColumns"]
+    assert props("quarantine")["delta.checkpointInterval"] == "100"
+    before = (version("messages"), version("quarantine"))
+    ensure_store_tables(spark, wh)
+    assert (version("messages"), version("quarantine")) == before
