@@ -68,8 +68,6 @@ def ensure_table(spark: SparkSession, path: str, schema: T.StructType,
     for attempt in range(1, 6):
         try:
             retry_conflicts(f"create {path}", create, backoff_s=0.2)
-            if properties:
-                ensure_properties(spark, path, properties)
             return
         except AnalysisException as exc:
             # Another creator has written files (or the log directory) but not yet committed the
@@ -81,7 +79,9 @@ def ensure_table(spark: SparkSession, path: str, schema: T.StructType,
 
 def ensure_properties(spark: SparkSession, path: str, properties: dict[str, str]) -> None:
     """Give an existing table the properties it lacks or holds with another value (a table made
-    by an older version); one metadata commit, only when something differs."""
+    by an older version); one metadata commit, only when something differs. A metadata commit
+    fails every transaction that overlaps it, so only a table's streaming writer calls this,
+    at its start, before its own appends begin."""
     from delta.tables import DeltaTable
 
     held = DeltaTable.forPath(spark, path).detail().select("properties").first()[0] or {}

@@ -16,7 +16,7 @@ def start_store_query(spark: SparkSession, settings: StoreJobSettings, available
                       query_name: str = "store", metrics: JobMetrics | None = None) -> StreamingQuery:
     """Start the store query; `available_now` processes what Kafka holds, then stops. With
     `metrics` (started), every batch's figures go to Delta job_metrics and Prometheus."""
-    ensure_store_tables(spark, settings.warehouse)
+    ensure_store_tables(spark, settings.warehouse, update_properties=True)
     # The batch is cached once (decoded and validated) and read twice (the driver's narrow
     # collect, the messages write). Waku payloads are encrypted, so compressing the cached
     # columns is wasted work: ~11 µs of CPU a 1 KiB record, a fifth of the batch's (docs/benchmarks.md).

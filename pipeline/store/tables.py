@@ -17,7 +17,7 @@ from pyspark.sql import types as T
 
 from core.settings import WarehouseSettings
 from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES
-from pipeline.spark.delta import ensure_table
+from pipeline.spark.delta import ensure_properties, ensure_table
 from pipeline.spark.metrics import ensure_job_metrics_table
 
 _SPARK_TYPES = {"double": T.DoubleType(), "binary": T.BinaryType(), "string": T.StringType(),
@@ -58,10 +58,15 @@ def untimed(timestamp: Column) -> Column:
     return timestamp.isNull() | (timestamp == F.lit(0))
 
 
-def ensure_store_tables(spark: SparkSession, warehouse: WarehouseSettings) -> None:
+def ensure_store_tables(spark: SparkSession, warehouse: WarehouseSettings, update_properties: bool = False) -> None:
+    """Create the store's tables where missing. `update_properties` (the store job, at its start:
+    their one appender) also brings the properties of tables made by an older version up to date."""
     ensure_table(spark, warehouse.table_path("messages"), MESSAGES_SCHEMA, list(MESSAGES_PARTITION_BY),
                  MESSAGES_PROPERTIES)
     ensure_table(spark, warehouse.table_path("quarantine"), QUARANTINE_SCHEMA, properties=QUARANTINE_PROPERTIES)
+    if update_properties:
+        ensure_properties(spark, warehouse.table_path("messages"), MESSAGES_PROPERTIES)
+        ensure_properties(spark, warehouse.table_path("quarantine"), QUARANTINE_PROPERTIES)
     ensure_job_metrics_table(spark, warehouse.table_path("job_metrics"))
     ensure_untimed_index(spark, warehouse)
 

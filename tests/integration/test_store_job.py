@@ -146,10 +146,12 @@ def test_store_tables_of_an_older_version_get_the_current_properties(spark, tmp_
         return DeltaTable.forPath(spark, wh.table_path(table)).history(1).select("version").first()[0]
 
     assert props("messages")["delta.checkpointInterval"] == "20"
-    ensure_store_tables(spark, wh)
+    ensure_store_tables(spark, wh)  # as maintain does: creates what is missing, changes nothing
+    assert props("messages")["delta.checkpointInterval"] == "20"
+    ensure_store_tables(spark, wh, update_properties=True)  # as the store job does at its start
     assert props("messages")["delta.checkpointInterval"] == "100"
     assert props("messages")["delta.dataSkippingStatsColumns"] == MESSAGES_PROPERTIES["delta.dataSkippingStatsColumns"]
     assert props("quarantine")["delta.checkpointInterval"] == "100"
     before = (version("messages"), version("quarantine"))
-    ensure_store_tables(spark, wh)
+    ensure_store_tables(spark, wh, update_properties=True)
     assert (version("messages"), version("quarantine")) == before
