@@ -92,6 +92,12 @@ def _hash_array(hashes: Iterable[bytes]) -> np.ndarray:
     return np.array(list(hashes), dtype=HASH_DTYPE)
 
 
+def _pair_arrays(pairs: Iterable[tuple[bytes, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """(hash, receive time) pairs as the arrays `RecentHashes` keeps."""
+    pairs = list(pairs)
+    return _hash_array(h for h, _ in pairs), np.array([t for _, t in pairs], dtype=float)
+
+
 class _Minute:
     """One receive minute's hashes: sorted by their 8-byte prefix (binary search on uint64),
     with the full hashes beside them (the match is decided on all 32 bytes)."""
@@ -171,8 +177,7 @@ class RecentHashes:
 
     def load(self, floor: float, pairs: Iterable[tuple[bytes, float]]) -> None:
         """Every hash of the table received at or after `floor`, as read from it."""
-        pairs = list(pairs)
-        self.load_arrays(floor, _hash_array(h for h, _ in pairs), np.array([t for _, t in pairs], dtype=float))
+        self.load_arrays(floor, *_pair_arrays(pairs))
 
     def load_arrays(self, floor: float, hashes: np.ndarray, received: np.ndarray) -> None:
         """`load` from arrays: hashes (S32) and their receive times (seconds)."""
@@ -203,8 +208,7 @@ class RecentHashes:
 
     def add(self, pairs: Iterable[tuple[bytes, float]]) -> None:
         """Hashes just stored (with their receive times); those below the floor are not kept."""
-        pairs = list(pairs)
-        self._add_arrays(_hash_array(h for h, _ in pairs), np.array([t for _, t in pairs], dtype=float))
+        self._add_arrays(*_pair_arrays(pairs))
 
     def _add_arrays(self, hashes: np.ndarray, received: np.ndarray) -> None:
         assert self.floor is not None

@@ -37,15 +37,14 @@ QUARANTINE_SCHEMA = T.StructType([
     T.StructField("quarantined_at", T.TimestampType(), True),
 ])
 
+# Quarantine takes a commit in every batch that refused a record: checkpoint as seldom as
+# `messages` (Delta's default of 10 put a ~2 s checkpoint in every tenth batch).
+QUARANTINE_PROPERTIES = {"delta.checkpointInterval": "100"}
 
 # The untimed index: the hash (and first receive time) of every stored message without a sender
 # timestamp. Such a message can come again at any time, so its copies are checked against the
 # whole retention; this narrow table (32 bytes a row, only untimed messages) is what that check
 # reads, instead of every file of `messages` that holds an untimed row (docs/decisions.md).
-# Quarantine takes a commit in every batch that refused a record: checkpoint as seldom as
-# `messages` (Delta's default of 10 put a ~2 s checkpoint in every tenth batch).
-QUARANTINE_PROPERTIES = {"delta.checkpointInterval": "100"}
-
 UNTIMED_INDEX = "untimed_hashes"
 UNTIMED_SCHEMA = T.StructType([
     T.StructField("message_hash", T.BinaryType(), False),
