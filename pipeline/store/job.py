@@ -1,4 +1,5 @@
-"""Assembles the store job's streaming query: Kafka source -> write_batch (foreachBatch)."""
+"""Assembles the store job's streaming query: Kafka source -> check_records -> write_checked_batch
+(foreachBatch)."""
 from __future__ import annotations
 
 from pyspark.sql import SparkSession
@@ -9,7 +10,7 @@ from pipeline.spark.metrics import JobMetrics
 from pipeline.store.recent import RecentHashes
 from pipeline.store.settings import StoreJobSettings
 from pipeline.store.tables import ensure_store_tables
-from pipeline.store.writer import QuarantineMarks, figures, write_batch
+from pipeline.store.writer import QuarantineMarks, check_records, figures, write_checked_batch
 
 
 def start_store_query(spark: SparkSession, settings: StoreJobSettings, available_now: bool = False,
@@ -30,13 +31,14 @@ def start_store_query(spark: SparkSession, settings: StoreJobSettings, available
     recent = RecentHashes(settings.recent_hashes_max, settings.recent_keep_s)
 
     def process(batch, batch_id: int) -> None:
-        stats = write_batch(batch, batch_id, settings, marks, recent)
+        stats = write_checked_batch(batch, batch_id, settings, marks, recent)
         if metrics is not None:
             metrics.add_figures(query_name, batch_id, figures(stats))
 
     if metrics is not None:
         metrics.watch(query_name)
-    writer = (source.writeStream.queryName(query_name)
+    # Decoded and validated in the streaming plan: built once, not per micro-batch.
+    writer = (check_records(source, settings.limits).writeStream.queryName(query_name)
               .option("checkpointLocation", checkpoint).foreachBatch(process))
     if available_now:
         writer = writer.trigger(availableNow=True)

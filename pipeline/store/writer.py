@@ -21,7 +21,9 @@ Exactly once, across crashes and restarts at any point, without relying on the c
     files) only for what lies below them: replays, records re-produced long after. The payload
     rows go to Delta in one write, one commit per batch (no join at all when every row is
     stored; else a filter on the Kafka offsets of the fewer side, one IN-set per partition).
-  - `quarantine`: anti-join on the Kafka coordinates (topic, partition, offset), reading only
+  - `quarantine`: the refused rows, whole, come to the driver with the batch's narrow columns
+    (a few per batch; raw bytes are null in every valid row) and are written from there, with
+    an anti-join on the Kafka coordinates (topic, partition, offset), reading only
     the batch's own offset ranges per partition (file statistics skip the rest of the table);
     skipped when every refused offset of the batch lies above what the table may hold
     (`QuarantineMarks`: the table's maxima per partition, read once per query). It runs on its
@@ -56,12 +58,15 @@ from pipeline.store.recent import BUCKET_S, HASH_DTYPE, BatchDecision, RecentHas
 from pipeline.store.settings import StoreJobSettings
 from pipeline.store.tables import MESSAGES_SCHEMA, QUARANTINE_SCHEMA, UNTIMED_INDEX, UNTIMED_SCHEMA
 from pipeline.store.tables import untimed as untimed_column
-from pipeline.store.validation import with_rejection_reason
+from pipeline.store.validation import Limits, with_rejection_reason
 
 log = logging.getLogger("waku.store")
 
 STORED_COLUMNS = [f.name for f in MESSAGES_SCHEMA.fields]
 QUARANTINE_COLUMNS = [f.name for f in QUARANTINE_SCHEMA.fields]
+# The narrow columns the driver's decision reads (pipeline/store/recent.py decide).
+DECISION_COLUMNS = ["reason", "ephemeral", "kafka_topic", "kafka_partition", "kafka_offset", "message_hash",
+                    "received_time", "untimed"]
 
 
 @dataclass
@@ -237,10 +242,29 @@ def _lookup(table: DataFrame, hashes: DataFrame) -> set[bytes]:
     return {bytes(r.message_hash) for r in rows}
 
 
+def check_records(kafka_rows: DataFrame, limits: Limits) -> DataFrame:
+    """Kafka rows of waku.messages -> one row per record, decoded (pipeline/spark/records.py),
+    with `reason`: the first validation rule it breaks, or null. The raw bytes are kept only for
+    refused rows (quarantine); valid rows carry their decoded form. The store job applies this
+    to its streaming source, so the plan is built once per query, not once per micro-batch (it
+    cost ~0.3 s of every batch), and the rules' `now` is the micro-batch's timestamp, the same
+    when a batch is re-run."""
+    checked = with_rejection_reason(decode_ingest_records(kafka_rows), limits)
+    return checked.withColumn("raw_value", F.when(F.col("reason").isNotNull(), F.col("raw_value")))
+
+
 def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
                 quarantine_marks: QuarantineMarks | None = None,
                 recent: RecentHashes | None = None) -> BatchStats:
-    """Process one micro-batch of waku.messages rows; returns what happened to its rows.
+    """Process one micro-batch of waku.messages Kafka rows; returns what happened to its rows."""
+    return write_checked_batch(check_records(batch, settings.limits), batch_id, settings,
+                               quarantine_marks, recent)
+
+
+def write_checked_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
+                        quarantine_marks: QuarantineMarks | None = None,
+                        recent: RecentHashes | None = None) -> BatchStats:
+    """Process one micro-batch of checked rows (`check_records`); returns what happened to them.
     `quarantine_marks` (kept by the query across its batches) lets batches of new offsets skip
     the quarantine anti-join; without it every batch runs it. `recent` (kept likewise) lets
     batches of recent receive times skip reading `messages`; without it every batch reads it."""
@@ -249,18 +273,21 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
     tables = settings.warehouse
     stats = BatchStats(rule_failures={})
     with stats.phase("plan"):
-        checked = with_rejection_reason(decode_ingest_records(batch), settings.limits)
-        # Raw bytes are kept only for refused rows (quarantine); valid rows carry their decoded form.
-        checked = checked.withColumn(
-            "raw_value", F.when(F.col("reason").isNotNull(), F.col("raw_value"))).persist()
+        checked = batch.persist()
     try:
         with stats.phase("validate"):
             # One Spark job: decode and validate into the cache, and bring the narrow columns
-            # (no payloads) to the driver, where the batch's decision is made.
+            # (no payloads) to the driver, where the batch's decision is made. The refused rows
+            # come whole (raw_value is null in every valid row): the quarantine is written from
+            # them, never from another pass over the cache.
             narrow = checked.select(
                 "reason", "ephemeral", "kafka_topic", "kafka_partition", "kafka_offset", "message_hash",
-                "received_time", untimed_column(F.col("timestamp")).alias("untimed")).toArrow()
-            decision = decide(narrow.to_pydict())
+                "received_time", untimed_column(F.col("timestamp")).alias("untimed"),
+                "raw_value", "kafka_timestamp").toArrow()
+            decision = decide(narrow.select(DECISION_COLUMNS).to_pydict())
+            refused_arrow = (narrow.filter(pc.is_valid(narrow.column("reason")))
+                             .select([c for c in QUARANTINE_COLUMNS if c != "quarantined_at"])
+                             if decision.quarantined_rows else None)
             del narrow
         stats.input_rows, stats.valid_rows = decision.input_rows, decision.valid_rows
         stats.ephemeral_rows, stats.quarantined_rows = decision.ephemeral_rows, decision.quarantined_rows
@@ -273,7 +300,10 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
                 coordinates = ["kafka_topic", "kafka_partition", "kafka_offset"]
                 # Only the batch's own coordinate ranges are read (file statistics on
                 # kafka_partition/kafka_offset skip the rest), never the whole table.
-                refused_rows = checked.where(F.col("reason").isNotNull())
+                assert refused_arrow is not None
+                stamped = refused_arrow.append_column("quarantined_at", pa.array(
+                    [int(time.time() * 1e6)] * refused_arrow.num_rows, pa.timestamp("us", tz="UTC")))
+                refused_rows = spark.createDataFrame(stamped, QUARANTINE_SCHEMA)
                 fresh = False
                 if quarantine_marks is not None and decision.refused_topics == {settings.topic}:
                     quarantine_marks.load(spark)
@@ -284,9 +314,9 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
                                 .where(coordinate_ranges(F.col("kafka_partition"), F.col("kafka_offset"), refused))
                                 .select(*coordinates))
                     refused_rows = refused_rows.join(recorded, coordinates, "left_anti")
-                (refused_rows
-                 .withColumn("quarantined_at", F.current_timestamp())
-                 .select(*QUARANTINE_COLUMNS)
+                # One task and one file: refused rows are few, and the messages write beside it
+                # must not wait for a core.
+                (refused_rows.coalesce(1)
                  .write.format("delta").mode("append").save(tables.table_path("quarantine")))
 
         # The quarantine write needs only the validated batch: it runs beside the messages

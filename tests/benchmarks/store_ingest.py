@@ -399,16 +399,16 @@ def profile(args) -> dict:
         import importlib.util
         import inspect
 
-        current = store_job.write_batch
+        current = store_job.write_checked_batch
         writers = {"current": current}
         if args.writer:  # another version of pipeline/store/writer.py (before/after comparisons)
             spec = importlib.util.spec_from_file_location("writer_under_test", args.writer)
             module = importlib.util.module_from_spec(spec)
             sys.modules["writer_under_test"] = module
             spec.loader.exec_module(module)
-            writers = {"other": module.write_batch}
+            writers = {"other": module.write_checked_batch}
             if args.compare:  # then the current one, in the same session over the same input
-                writers = {"other": module.write_batch, "current": current}
+                writers = {"other": module.write_checked_batch, "current": current}
         rounds = list(writers)
         began = time.monotonic()
         for i, name in enumerate(rounds):
@@ -423,17 +423,27 @@ def profile(args) -> dict:
                     f"{time.time() - t0:.2f} s {stats.phase_seconds}")
                 return stats
 
-            store_job.write_batch = timed
+            store_job.write_checked_batch = timed
             try:
                 q = store_job.start_store_query(spark, StoreJobSettings.from_config(cfg_for(f"run{i}")),
                                                 available_now=True)
                 # A budget keeps the run short on a shared machine: what finished by then is reported.
-                if not q.awaitTermination(max(1.0, args.profile_budget - (time.time() - t_start))):
+                finished = q.awaitTermination(max(1.0, args.profile_budget - (time.time() - t_start)))
+                if not finished:
                     q.stop()
+                # The streaming engine's own time per batch (offset and commit logs, Kafka
+                # offsets, planning) around foreachBatch ("addBatch"), full batches only.
+                engine = [p["durationMs"] for p in q.recentProgress
+                          if p["numInputRows"] >= 0.9 * args.max_offsets and p["batchId"] > 0]
+                if engine:
+                    out[f"{'' if len(writers) == 1 else name + '_'}engine_mean_ms"] = {
+                        k: round(sum(d.get(k, 0) for d in engine) / len(engine))
+                        for k in dict.fromkeys(k for d in engine for k in d)}
+                if not finished:
                     out["stopped_by_budget"] = True
                     break
             finally:
-                store_job.write_batch = current
+                store_job.write_checked_batch = current
         out["catch_up_s"] = round(time.monotonic() - began, 1)
         out["catch_up_per_s"] = round(sum(w[4] for w in windows) / (time.monotonic() - began))
         out["spark_options"] = list(args.spark_option)
