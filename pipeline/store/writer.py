@@ -21,9 +21,7 @@ Exactly once, across crashes and restarts at any point, without relying on the c
     files) only for what lies below them: replays, records re-produced long after. The payload
     rows go to Delta in one write, one commit per batch (no join at all when every row is
     stored; else a filter on the Kafka offsets of the fewer side, one IN-set per partition).
-  - `quarantine`: the refused rows, whole, come to the driver with the batch's narrow columns
-    (a few per batch; raw bytes are null in every valid row) and are written from there, with
-    an anti-join on the Kafka coordinates (topic, partition, offset), reading only
+  - `quarantine`: anti-join on the Kafka coordinates (topic, partition, offset), reading only
     the batch's own offset ranges per partition (file statistics skip the rest of the table);
     skipped when every refused offset of the batch lies above what the table may hold
     (`QuarantineMarks`: the table's maxima per partition, read once per query). It runs on its
@@ -64,9 +62,6 @@ log = logging.getLogger("waku.store")
 
 STORED_COLUMNS = [f.name for f in MESSAGES_SCHEMA.fields]
 QUARANTINE_COLUMNS = [f.name for f in QUARANTINE_SCHEMA.fields]
-# The narrow columns the driver's decision reads (pipeline/store/recent.py decide).
-DECISION_COLUMNS = ["reason", "ephemeral", "kafka_topic", "kafka_partition", "kafka_offset", "message_hash",
-                    "received_time", "untimed"]
 
 
 @dataclass
@@ -277,17 +272,12 @@ def write_checked_batch(batch: DataFrame, batch_id: int, settings: StoreJobSetti
     try:
         with stats.phase("validate"):
             # One Spark job: decode and validate into the cache, and bring the narrow columns
-            # (no payloads) to the driver, where the batch's decision is made. The refused rows
-            # come whole (raw_value is null in every valid row): the quarantine is written from
-            # them, never from another pass over the cache.
+            # (no payloads) to the driver, where the batch's decision is made. (The refused rows'
+            # raw bytes stay in the cache: a batch of hostile records could be gigabytes.)
             narrow = checked.select(
                 "reason", "ephemeral", "kafka_topic", "kafka_partition", "kafka_offset", "message_hash",
-                "received_time", untimed_column(F.col("timestamp")).alias("untimed"),
-                "raw_value", "kafka_timestamp").toArrow()
-            decision = decide(narrow.select(DECISION_COLUMNS).to_pydict())
-            refused_arrow = (narrow.filter(pc.is_valid(narrow.column("reason")))
-                             .select([c for c in QUARANTINE_COLUMNS if c != "quarantined_at"])
-                             if decision.quarantined_rows else None)
+                "received_time", untimed_column(F.col("timestamp")).alias("untimed")).toArrow()
+            decision = decide(narrow.to_pydict())
             del narrow
         stats.input_rows, stats.valid_rows = decision.input_rows, decision.valid_rows
         stats.ephemeral_rows, stats.quarantined_rows = decision.ephemeral_rows, decision.quarantined_rows
@@ -300,10 +290,7 @@ def write_checked_batch(batch: DataFrame, batch_id: int, settings: StoreJobSetti
                 coordinates = ["kafka_topic", "kafka_partition", "kafka_offset"]
                 # Only the batch's own coordinate ranges are read (file statistics on
                 # kafka_partition/kafka_offset skip the rest), never the whole table.
-                assert refused_arrow is not None
-                stamped = refused_arrow.append_column("quarantined_at", pa.array(
-                    [int(time.time() * 1e6)] * refused_arrow.num_rows, pa.timestamp("us", tz="UTC")))
-                refused_rows = spark.createDataFrame(stamped, QUARANTINE_SCHEMA)
+                refused_rows = checked.where(F.col("reason").isNotNull())
                 fresh = False
                 if quarantine_marks is not None and decision.refused_topics == {settings.topic}:
                     quarantine_marks.load(spark)
@@ -315,8 +302,10 @@ def write_checked_batch(batch: DataFrame, batch_id: int, settings: StoreJobSetti
                                 .select(*coordinates))
                     refused_rows = refused_rows.join(recorded, coordinates, "left_anti")
                 # One task and one file: refused rows are few, and the messages write beside it
-                # must not wait for a core.
-                (refused_rows.coalesce(1)
+                # must not wait for a core behind one task per Kafka partition.
+                (refused_rows
+                 .withColumn("quarantined_at", F.current_timestamp())
+                 .select(*QUARANTINE_COLUMNS).coalesce(1)
                  .write.format("delta").mode("append").save(tables.table_path("quarantine")))
 
         # The quarantine write needs only the validated batch: it runs beside the messages

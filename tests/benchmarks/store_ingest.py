@@ -44,6 +44,8 @@ What is measured (over the measured window):
                      acknowledgement; probes not answered within 30 s (5 s with --quick) count as
                      missing (`queryable_missing`) and as +inf in the percentiles
   missing            window messages not committed by the end
+  committed_lag_at_start_s  how far behind the job was as the window began: append -> commit,
+                     median, of the last commit before it (a backlog the warm-up left)
   load_cpu_s, load_cpu_us_per_record  CPU seconds of each component during the window (the store
                      job's driver and executors, the broker, bridge B, the prober, the producers'
                      sending), and per offered record: where the two cores go
@@ -663,6 +665,11 @@ def main() -> int:
         log(f"load starts: {warmup:.0f} s of warm-up at the same rate, then {seconds:.0f} s measured")
         time.sleep(max(0.0, measure_at - time.time()))
         load_commit_from = watcher.version
+        # How far behind the job is when the window begins (a backlog left by the warm-up, while
+        # the JIT and caches were cold, weighs on every latency of the window): the append ->
+        # commit latency, median, of the last commit before the window.
+        lag_at_start = (round(float(np.median(watcher.latencies[-1])), 2)
+                        if watcher.latencies and len(watcher.latencies[-1]) else None)
         cpu0 = {k: group_cpu_s(v) for k, v in groups.items()}
         for i, p in enumerate(producers):
             if p.wait(seconds + 300) != 0:
@@ -672,6 +679,7 @@ def main() -> int:
         summaries = [json.loads((tmp / f"producer-{i}.json").read_text()) for i in range(args.producers)]
         sent = sum(s["sent"] for s in summaries)
         results["offered_per_s"] = round(sent / max(s["seconds"] for s in summaries))
+        results["committed_lag_at_start_s"] = lag_at_start
         results["offered_records"] = sent
         results["producer_late_start_s"] = max(s["late_start_s"] for s in summaries)
         results["undelivered"] = sum(s["undelivered"] for s in summaries)
