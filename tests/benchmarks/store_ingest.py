@@ -55,7 +55,8 @@ What is measured (over the measured window):
 `--profile N` instead runs the store query in this process over N seeded records (available-now,
 `--max-offsets` per batch; the same input every run) with Spark's event log on, and prints per
 micro-batch its wall time, the writer's phases, every Spark job (duration, call site) and every
-Delta commit; `--writer PATH` profiles another version of pipeline/store/writer.py (before/after),
+Delta commit, and the streaming engine's own time per batch (`engine_mean_ms`); `--writer PATH`
+profiles another version of pipeline/store/writer.py (before/after; its `write_checked_batch`),
 `--untimed-share S` clears the sender timestamp of that share of records (the global
 de-duplication check then runs: untimed copies against every stored untimed row).
 
@@ -534,7 +535,8 @@ def main() -> int:
                         help="--profile: stop the query after this many seconds from the start")
     parser.add_argument("--spark-option", action="append", default=[], metavar="KEY=VALUE",
                         help="--profile: one more Spark setting for the session (repeatable)")
-    parser.add_argument("--writer", default=None, help="--profile: path of another writer.py to profile")
+    parser.add_argument("--writer", default=None,
+                        help="--profile: path of another writer.py to profile (its write_checked_batch)")
     parser.add_argument("--compare", action="store_true",
                         help="--profile with --writer: that writer, then the current one, in one session")
     parser.add_argument("--untimed-share", type=float, default=0.0,
