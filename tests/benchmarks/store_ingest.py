@@ -413,6 +413,10 @@ def profile(args) -> dict:
             if args.compare:  # then the current one, in the same session over the same input
                 writers = {"other": module.write_checked_batch, "current": current}
         rounds = list(writers)
+
+        def prefix(name: str) -> str:  # the writer's name on its figures, when two are compared
+            return "" if len(writers) == 1 else f"{name}_"
+
         began = time.monotonic()
         for i, name in enumerate(rounds):
             real = writers[name]
@@ -432,17 +436,16 @@ def profile(args) -> dict:
                                                 available_now=True)
                 # A budget keeps the run short on a shared machine: what finished by then is reported.
                 finished = q.awaitTermination(max(1.0, args.profile_budget - (time.time() - t_start)))
-                if not finished:
-                    q.stop()
                 # The streaming engine's own time per batch (offset and commit logs, Kafka
                 # offsets, planning) around foreachBatch ("addBatch"), full batches only.
                 engine = [p["durationMs"] for p in q.recentProgress
                           if p["numInputRows"] >= 0.9 * args.max_offsets and p["batchId"] > 0]
                 if engine:
-                    out[f"{'' if len(writers) == 1 else name + '_'}engine_mean_ms"] = {
+                    out[f"{prefix(name)}engine_mean_ms"] = {
                         k: round(sum(d.get(k, 0) for d in engine) / len(engine))
                         for k in dict.fromkeys(k for d in engine for k in d)}
                 if not finished:
+                    q.stop()
                     out["stopped_by_budget"] = True
                     break
             finally:
@@ -491,16 +494,16 @@ def profile(args) -> dict:
             mine = [b for b in full if b["writer"] == name]
             if not mine:
                 continue
-            prefix = "" if len(writers) == 1 else f"{name}_"
+            pre = prefix(name)
             phases = {k: round(sum(b["phases"].get(k, 0) for b in mine) / len(mine), 3)
                       for k in dict.fromkeys(k for b in mine for k in b["phases"])}
-            out.update({f"{prefix}batches": len(mine),
-                        f"{prefix}batch_mean_s": round(sum(b["seconds"] for b in mine) / len(mine), 2),
-                        f"{prefix}batch_p50_s": round(percentile([b["seconds"] for b in mine], 50), 2),
-                        f"{prefix}phase_mean_s": phases,
-                        f"{prefix}spark_jobs_per_batch": round(sum(len(b["spark_jobs"]) for b in mine) / len(mine), 1),
-                        f"{prefix}spark_job_seconds_per_batch": round(sum(b["spark_job_seconds"] for b in mine) / len(mine), 2),
-                        f"{prefix}delta_commits_per_batch": round(sum(len(b["delta_commits"]) for b in mine) / len(mine), 1)})
+            out.update({f"{pre}batches": len(mine),
+                        f"{pre}batch_mean_s": round(sum(b["seconds"] for b in mine) / len(mine), 2),
+                        f"{pre}batch_p50_s": round(percentile([b["seconds"] for b in mine], 50), 2),
+                        f"{pre}phase_mean_s": phases,
+                        f"{pre}spark_jobs_per_batch": round(sum(len(b["spark_jobs"]) for b in mine) / len(mine), 1),
+                        f"{pre}spark_job_seconds_per_batch": round(sum(b["spark_job_seconds"] for b in mine) / len(mine), 2),
+                        f"{pre}delta_commits_per_batch": round(sum(len(b["delta_commits"]) for b in mine) / len(mine), 1)})
         out.update(first_batch_s=batches[0]["seconds"] if batches else None, records=args.profile,
                    max_offsets_per_trigger=args.max_offsets, untimed_share=args.untimed_share)
     finally:
