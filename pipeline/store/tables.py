@@ -37,15 +37,20 @@ QUARANTINE_SCHEMA = T.StructType([
     T.StructField("quarantined_at", T.TimestampType(), True),
 ])
 
-# Quarantine takes a commit in every batch that refused a record: checkpoint as seldom as
-# `messages` (Delta's default of 10 put a ~2 s checkpoint in every tenth batch).
-QUARANTINE_PROPERTIES = {"delta.checkpointInterval": "100"}
+# Quarantine takes a commit in every batch that refused a record: checkpoint about as seldom as
+# `messages` (Delta's default of 10 put a ~2 s checkpoint in every tenth batch), at an interval
+# coprime with its 100. The two tables' versions advance together when every batch refuses some
+# record, and equal intervals put both checkpoints (~2 s each) into the same micro-batch.
+QUARANTINE_PROPERTIES = {"delta.checkpointInterval": "101"}
 
 # The untimed index: the hash (and first receive time) of every stored message without a sender
 # timestamp. Such a message can come again at any time, so its copies are checked against the
 # whole retention; this narrow table (32 bytes a row, only untimed messages) is what that check
 # reads, instead of every file of `messages` that holds an untimed row (docs/decisions.md).
 UNTIMED_INDEX = "untimed_hashes"
+# Appended in every batch that stores an untimed message: as seldom as the others, and coprime
+# with both (no batch carries two checkpoints while the versions move together).
+UNTIMED_PROPERTIES = {"delta.checkpointInterval": "103"}
 UNTIMED_SCHEMA = T.StructType([
     T.StructField("message_hash", T.BinaryType(), False),
     T.StructField("received_time", T.DoubleType(), False),
@@ -68,6 +73,8 @@ def ensure_store_tables(spark: SparkSession, warehouse: WarehouseSettings, updat
         ensure_properties(spark, warehouse.table_path("quarantine"), QUARANTINE_PROPERTIES)
     ensure_job_metrics_table(spark, warehouse.table_path("job_metrics"))
     ensure_untimed_index(spark, warehouse)
+    if update_properties:
+        ensure_properties(spark, warehouse.table_path(UNTIMED_INDEX), UNTIMED_PROPERTIES)
 
 
 def ensure_untimed_index(spark: SparkSession, warehouse: WarehouseSettings) -> None:

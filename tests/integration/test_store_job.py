@@ -125,14 +125,14 @@ def test_stop_at_random_point_restart_and_reproduce_slice(spark, kafka, tmp_path
 
 def test_store_tables_of_an_older_version_get_the_current_properties(spark, tmp_path):
     """A warehouse made when `messages` and `quarantine` checkpointed every 20 and 10 commits
-    gets the current interval (100) at the store job's start, in one metadata commit each; a
-    table already right gets no commit."""
+    gets the current intervals (100, 101; the untimed index 103) at the store job's start, in one
+    metadata commit each; a table already right gets no commit."""
     from delta.tables import DeltaTable
 
     from core.settings import WarehouseSettings
     from core.tables import MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES
     from pipeline.spark.delta import ensure_table
-    from pipeline.store.tables import MESSAGES_SCHEMA, QUARANTINE_SCHEMA, ensure_store_tables
+    from pipeline.store.tables import MESSAGES_SCHEMA, QUARANTINE_SCHEMA, UNTIMED_INDEX, ensure_store_tables
 
     wh = WarehouseSettings(str(tmp_path / "wh"), str(tmp_path / "cp"))
     old = {**MESSAGES_PROPERTIES, "delta.checkpointInterval": "20"}
@@ -151,7 +151,9 @@ def test_store_tables_of_an_older_version_get_the_current_properties(spark, tmp_
     ensure_store_tables(spark, wh, update_properties=True)  # as the store job does at its start
     assert props("messages")["delta.checkpointInterval"] == "100"
     assert props("messages")["delta.dataSkippingStatsColumns"] == MESSAGES_PROPERTIES["delta.dataSkippingStatsColumns"]
-    assert props("quarantine")["delta.checkpointInterval"] == "100"
-    before = (version("messages"), version("quarantine"))
+    # Coprime intervals: while the versions move together no batch carries two checkpoints.
+    assert props("quarantine")["delta.checkpointInterval"] == "101"
+    assert props(UNTIMED_INDEX)["delta.checkpointInterval"] == "103"
+    before = (version("messages"), version("quarantine"), version(UNTIMED_INDEX))
     ensure_store_tables(spark, wh, update_properties=True)
-    assert (version("messages"), version("quarantine")) == before
+    assert (version("messages"), version("quarantine"), version(UNTIMED_INDEX)) == before
