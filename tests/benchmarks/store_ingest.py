@@ -2,7 +2,7 @@
 service's fresh tail answering over libp2p (issue 12).
 
     .venv/bin/python tests/benchmarks/store_ingest.py [--quick] [--rate R] [--producers P]
-        [--seconds S] [--warmup W] [--max-offsets N] [--payload-bytes B] [--probe-rate Q]
+        [--seconds S] [--warmup W [--warmup-until-lag L]] [--max-offsets N] [--payload-bytes B] [--probe-rate Q]
         [--no-service] [--keep DIR]
 
 Every component is its own process, on loopback, from a temporary directory:
@@ -17,8 +17,9 @@ Every component is its own process, on loopback, from a temporary directory:
     system's) and sends them on schedule with librdkafka (confluent-kafka, acks=all, the Java
     client's murmur2 partitioner on the hash key); the offered rate reached is measured;
   - a prober process (`--role prober`): `--probe-rate` times a second it produces one new
-    message (acks=all), and from the acknowledgement polls B over libp2p with a store v3 query
-    by that message hash (every 5 ms) until B answers it.
+    message (acks=all); one poller asks B over libp2p, every `--probe-poll-ms` (10) while any
+    probe is unanswered, for all unanswered probes at once (a store v3 query by their message
+    hashes, a new stream per query), so the prober's load on B stays bounded when B falls behind.
   `--no-service` leaves bridge B and the prober out: the store job's throughput with only the
   broker and the producers beside it on the cores (queryable figures are then null).
 
@@ -28,7 +29,12 @@ batch's code generation: reported apart, not in any rate or latency). Then the p
 `--rate` for `--warmup` seconds (30; 10 with --quick: the broker's, the job's and bridge B's JIT
 and caches warm up under the real load; not measured) and go on at the same rate for
 `--seconds` (2 min by default, 20 s with --quick), the measured window; the benchmark then
-waits up to `--drain` seconds for the job to commit what was offered.
+waits up to `--drain` seconds for the job to commit what was offered. `--warmup-until-lag L`
+makes the warm-up adaptive: the window begins once a commit's median append -> commit latency
+is at most L s (no backlog left; the JIT has settled enough to keep up), after at least
+`--warmup-min` s (30) and at most `--warmup` s; the warm-up taken is reported
+(`warmup_taken_s`). The producers generate records for the longest warm-up (~1.3 KB of memory
+a record until it is sent).
 
 What is measured (over the measured window):
   offered_per_s      records the producers sent / the window's length (all producers together)
@@ -67,6 +73,7 @@ The last line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import array
 import json
 import math
 import os
@@ -130,12 +137,18 @@ def role_producer(spec: dict) -> None:
 
     gen = LoadGenerator(LoadProfile(payload_bytes=spec["payload_bytes"], seed=spec["seed"]))
     rate, seconds, start_at = spec["rate"], spec["seconds"], spec["start_at"]
-    warm = int(rate * spec.get("warmup_s", 0.0))  # sent first at the same rate, not counted
+    # Warm-up records are sent first at the same rate, not counted: spec['warmup_s'] of them, or
+    # with spec['measure_file'] (an adaptive warm-up) at most that many, until the harness
+    # writes the wall-clock time at which the measured window begins into that file.
+    warm = int(rate * spec.get("warmup_s", 0.0))
     count = warm + int(rate * seconds)
+    measure_file = Path(spec["measure_file"]) if spec.get("measure_file") else None
     t0 = time.process_time()
-    records = [gen.next(start_at + i / rate) for i in range(warm)]
-    warm_stored = len(gen.truth.stored)
-    records += [gen.next(start_at + i / rate) for i in range(warm, count)]
+    records, stored_before = [], array.array("Q")  # hashes the store must hold before record i
+    for i in range(count):
+        stored_before.append(len(gen.truth.stored))
+        records.append(gen.next(start_at + i / rate))
+    stored_before.append(len(gen.truth.stored))
     generate_cpu_s = time.process_time() - t0
     failed = []
     p = Producer({"bootstrap.servers": spec["bootstrap"], "acks": "all", "linger.ms": spec.get("linger", 5),
@@ -147,16 +160,25 @@ def role_producer(spec: dict) -> None:
     late_start = max(0.0, -delay)
     if delay > 0:
         time.sleep(delay)
-    Path(spec["out"] + ".started").write_text(str(time.time()))  # the harness measures from here + warm-up
+    started_wall = time.time()
+    Path(spec["out"] + ".started").write_text(str(started_wall))  # the harness measures from here + warm-up
     began = time.monotonic()
     cpu0 = time.process_time()
     measured_from = None
+    first = warm if measure_file is None else None  # index of the window's first record, once known
+    next_look = 0.0
     sent = 0
     produce = p.produce
     while sent < count:
-        if measured_from is None and sent >= warm:
+        if first is None and time.monotonic() >= next_look:
+            next_look = time.monotonic() + 0.1
+            if measure_file.exists():  # the window begins at the record due then (or the next one)
+                at = float(measure_file.read_text())
+                first = min(warm, max(sent, math.ceil((at - started_wall) * rate)))
+                count = first + int(rate * seconds)
+        if measured_from is None and first is not None and sent >= first:
             measured_from, cpu0 = time.monotonic(), time.process_time()
-        due = min(count, int((time.monotonic() - began) * rate) + 1)
+        due = min(count if first is not None else warm, int((time.monotonic() - began) * rate) + 1)
         while sent < due:
             r = records[sent]
             try:
@@ -171,19 +193,25 @@ def role_producer(spec: dict) -> None:
             time.sleep(0.004)  # ~linger.ms: each wake-up hands librdkafka a few dozen records
     took = time.monotonic() - (measured_from or began)
     left = p.flush(60)
-    stored = list(gen.truth.stored)[warm_stored:]  # the measured window's messages
+    first = warm if first is None else first
+    stored = list(gen.truth.stored)[stored_before[first]:stored_before[count]]  # the measured window's messages
     Path(spec["out"] + ".hashes").write_bytes(b"".join(stored))
-    sent -= warm
     Path(spec["out"]).write_text(json.dumps({
-        "sent": sent, "warmup_sent": warm, "seconds": took, "stored": len(stored), "flushed_at": time.time(),
+        "sent": count - first, "warmup_sent": first, "seconds": took, "stored": len(stored), "flushed_at": time.time(),
         "late_start_s": round(late_start, 2), "generate_cpu_s": round(generate_cpu_s, 1),
-        "send_cpu_us_per_record": round((time.process_time() - cpu0) / max(sent, 1) * 1e6, 2),
+        "send_cpu_us_per_record": round((time.process_time() - cpu0) / max(count - first, 1) * 1e6, 2),
         "undelivered": left + len(failed), "errors": failed[:5]}))
 
 
 def role_prober(spec: dict) -> None:
-    """Every 1/spec['rate'] s: produce a new message (acks=all), then poll bridge B with a store
-    v3 hash query until it answers it; one JSON line per probe to spec['out']."""
+    """Every 1/spec['rate'] s: produce a new message (acks=all) and, from its acknowledgement, wait
+    for bridge B to answer it. One poller asks B for every unanswered probe at once (a store v3
+    query by their message hashes, a new stream each, as reference clients do) every
+    spec['poll_ms'] ms while any is unanswered: B's load from the prober is bounded
+    (1000 / poll_ms queries a second at most) whatever the latency, where a poll loop per probe
+    multiplied its queries when B fell behind. A probe's latency is the response to the first
+    query that held it minus its acknowledgement (resolution poll_ms plus one round trip). One
+    JSON line per probe to spec['out']."""
     import trio
 
     from core.message import message_hash
@@ -201,8 +229,14 @@ def role_prober(spec: dict) -> None:
     time.sleep(max(0.0, float(start_file.read_text()) - time.time()))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    waiting: dict[bytes, float] = {}  # hash -> acknowledged at (perf_counter), in acknowledgement order
+    errors = [0]
 
-    async def probe(client, peer, seq: int) -> None:
+    def done(h: bytes, found: float | None) -> None:
+        acked = waiting.pop(h)
+        out.write(json.dumps({"hash": h.hex(), "ms": None if found is None else (found - acked) * 1000}) + "\n")
+
+    async def probe(seq: int) -> None:
         now = time.time()
         msg = wm.WakuMessage(payload=b"probe-%d-" % seq + os.urandom(16), content_topic=PROBE_CT,
                              timestamp=int(now * 1e9))
@@ -211,33 +245,43 @@ def role_prober(spec: dict) -> None:
                                 source=pr.RELAY, bridge_id="bench-probe").SerializeToString()
         fut = p.send(TOPIC, key=h, value=value)
         await trio.to_thread.run_sync(lambda: fut.get(timeout=60))
-        acked = time.perf_counter()
-        found, errors = None, 0
-        deadline = acked + spec["timeout_s"]
-        while time.perf_counter() < deadline:
-            try:
-                resp = await client.query_v3(peer, codec_v3.request(f"p{seq}", hashes=[h]))
-                if resp.status_code == 200 and len(resp.messages) == 1:
+        waiting[h] = time.perf_counter()
+
+    async def poller(client, peer) -> None:
+        seq = 0
+        while not (stop.is_set() and not waiting):
+            tick = trio.current_time() + spec["poll_ms"] / 1000
+            for h, acked in list(waiting.items()):  # the oldest first
+                if time.perf_counter() - acked > spec["timeout_s"]:
+                    done(h, None)
+            asked = list(waiting)[:20]
+            if asked:
+                seq += 1
+                try:
+                    resp = await client.query_v3(peer, codec_v3.request(f"p{seq}", hashes=asked))
                     found = time.perf_counter()
-                    break
-            except Exception:  # noqa: BLE001 - counted; the probe goes on
-                errors += 1
-            await trio.sleep(0.005)
-        out.write(json.dumps({"hash": h.hex(), "ms": None if found is None else (found - acked) * 1000,
-                              "errors": errors}) + "\n")
+                    if resp.status_code == 200:
+                        for m in resp.messages:
+                            if bytes(m.message_hash) in waiting:
+                                done(bytes(m.message_hash), found)
+                except Exception:  # noqa: BLE001 - counted; the probes go on
+                    errors[0] += 1
+            await trio.sleep(max(0.0, tick - trio.current_time()))
 
     async def main() -> None:
         async with StoreClient.running(timeout=15) as client:
             peer = await client.connect(spec["peer"])
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(poller, client, peer)
                 seq, nxt = 0, trio.current_time()
                 while not stop.is_set():
-                    nursery.start_soon(probe, client, peer, seq)
+                    nursery.start_soon(probe, seq)
                     seq += 1
                     nxt += 1.0 / spec["rate"]
                     await trio.sleep(max(0.0, nxt - trio.current_time()))
 
     trio.run(main)
+    out.write(json.dumps({"query_errors": errors[0]}) + "\n")
     p.close()
 
 
@@ -521,6 +565,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=None, help="length of the load")
     parser.add_argument("--warmup", type=float, default=None,
                         help="seconds of load at the same rate before the measured window (default 30; 10 with --quick)")
+    parser.add_argument("--warmup-until-lag", type=float, default=None, metavar="L",
+                        help="adaptive warm-up: the window begins once a commit's median append -> commit "
+                             "latency is at most L s (after --warmup-min s; --warmup is then the longest)")
+    parser.add_argument("--warmup-min", type=float, default=30.0)
     parser.add_argument("--no-service", action="store_true",
                         help="no bridge B and no prober: the store job's throughput with only the broker and "
                              "the producers beside it (queryable figures are then null)")
@@ -530,6 +578,8 @@ def main() -> int:
     parser.add_argument("--trigger-seconds", type=float, default=0.5, help="store.trigger_seconds")
     parser.add_argument("--payload-bytes", type=int, default=1024)
     parser.add_argument("--probe-rate", type=float, default=5.0, help="queryable probes per second")
+    parser.add_argument("--probe-poll-ms", type=float, default=10.0,
+                        help="the prober asks B for all its unanswered probes this often (one query)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--keep", default=None, help="run in this directory and keep it")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
@@ -636,12 +686,14 @@ def main() -> int:
 
         per = args.rate / args.producers
         # The producers generate their records first (~15 µs each, all sharing the cores).
-        warmup = args.warmup
+        warmup = args.warmup  # with --warmup-until-lag: the longest warm-up
+        adaptive = args.warmup_until_lag is not None
         start_at = (time.time() + 3.0
                     + per * (seconds + warmup) * 20e-6 * args.producers / (os.cpu_count() or 2))
         for i in range(args.producers):
             spec = {"bootstrap": bootstrap, "rate": per, "seconds": seconds, "seed": 100 + i, "warmup_s": warmup,
                     "payload_bytes": args.payload_bytes, "start_at": start_at,
+                    "measure_file": str(tmp / "measure_at") if adaptive else None,
                     "out": str(tmp / f"producer-{i}.json")}
             procs.append(subprocess.Popen([sys.executable, __file__, "--role", "producer", "--spec", json.dumps(spec)],
                                           stdout=(tmp / "logs" / f"producer-{i}.log").open("ab"),
@@ -651,6 +703,7 @@ def main() -> int:
         if not args.no_service:
             prober = subprocess.Popen([sys.executable, __file__, "--role", "prober", "--spec", json.dumps(
                 {"bootstrap": bootstrap, "peer": peer, "rate": args.probe_rate, "timeout_s": 5.0 if args.quick else 30.0,
+                 "poll_ms": args.probe_poll_ms,
                  "start_file": str(tmp / "measure_at"), "out": str(probe_out)})], stdout=(tmp / "logs" / "prober.log").open("ab"),
                 stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
             procs.append(prober)
@@ -665,9 +718,22 @@ def main() -> int:
             if any(p.poll() not in (None, 0) for p in producers):
                 raise RuntimeError(f"a producer failed: see {tmp / 'logs'}")
             time.sleep(0.1)
-        measure_at = max(float(f.read_text()) for f in started) + warmup
+        load_began = max(float(f.read_text()) for f in started)
+        measure_at = load_began + warmup
+        if adaptive:
+            log(f"load starts: warm-up at the same rate until the job commits within {args.warmup_until_lag:g} s "
+                f"of the append (at least {args.warmup_min:.0f} s, at most {warmup:.0f} s), then {seconds:.0f} s measured")
+            while time.time() < load_began + warmup - 1.0:
+                lags = watcher.latencies[-1] if watcher.latencies else []
+                if (time.time() >= load_began + args.warmup_min and len(lags)
+                        and float(np.median(lags)) <= args.warmup_until_lag):
+                    measure_at = time.time() + 0.5
+                    break
+                time.sleep(0.25)
+        else:
+            log(f"load starts: {warmup:.0f} s of warm-up at the same rate, then {seconds:.0f} s measured")
         (tmp / "measure_at").write_text(str(measure_at))
-        log(f"load starts: {warmup:.0f} s of warm-up at the same rate, then {seconds:.0f} s measured")
+        results["warmup_taken_s"] = round(measure_at - load_began, 1)
         time.sleep(max(0.0, measure_at - time.time()))
         load_commit_from = watcher.version
         # How far behind the job is when the window begins (a backlog left by the warm-up, while
@@ -746,7 +812,9 @@ def main() -> int:
         else:
             results["messages_per_s"] = None
 
-        probes = [json.loads(line) for line in probe_out.read_text().splitlines()] if probe_out.exists() else []
+        lines = [json.loads(line) for line in probe_out.read_text().splitlines()] if probe_out.exists() else []
+        probes = [pr for pr in lines if "hash" in pr]
+        results["queryable_query_errors"] = sum(pr.get("query_errors", 0) for pr in lines)
         q = [pr["ms"] if pr["ms"] is not None else math.inf for pr in probes]
         results.update(
             queryable_sample=len(probes), queryable_missing=sum(1 for pr in probes if pr["ms"] is None),
@@ -773,8 +841,9 @@ def main() -> int:
     results.update(load_avg_start=[round(x, 2) for x in load_start],
                    load_avg_end=[round(x, 2) for x in os.getloadavg()],
                    rate_asked=args.rate, producers=args.producers, seconds=seconds,
-                   no_service=args.no_service, warmup_s=args.warmup, max_offsets_per_trigger=args.max_offsets, trigger_seconds=args.trigger_seconds,
-                   payload_bytes=args.payload_bytes, probe_rate=args.probe_rate, master=args.master,
+                   no_service=args.no_service, warmup_s=args.warmup, warmup_until_lag_s=args.warmup_until_lag,
+                   max_offsets_per_trigger=args.max_offsets, trigger_seconds=args.trigger_seconds,
+                   payload_bytes=args.payload_bytes, probe_rate=args.probe_rate, probe_poll_ms=args.probe_poll_ms, master=args.master,
                    cores=os.cpu_count(), quick=args.quick, date=time.strftime("%Y-%m-%d"))
     print(json.dumps(results), flush=True)
     return 0
