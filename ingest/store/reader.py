@@ -103,6 +103,10 @@ class _File:
 class Snapshot:
     version: int
     files: list[_File] = field(default_factory=list)
+    paths: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.paths = frozenset(f.path for f in self.files)
 
 
 def _in_range(value: str, lo: str | None, hi: str | None, truncated_max: bool) -> bool:
@@ -210,17 +214,28 @@ class _Group:
 
 
 class _HashIndex:
-    """message hash -> (row group, row) per data file: the first 8 bytes of every hash of a file,
-    sorted, with their locations (16 bytes a row). Built from the message_hash column alone;
-    a lookup is a binary search per file, then one cached row group to confirm the full hash."""
+    """message hash -> (data file, row group, row) over every indexed data file: the first 8
+    bytes of each hash, sorted, with its file number and location (20 bytes a row). A file's
+    hashes come in as a sorted segment of their own, and segments of like size are merged
+    (two sorted runs: one linear pass), so there are O(log rows) segments and a lookup costs a
+    binary search in each, whatever the number of files (a table of 100,000 micro-batch files
+    is a lookup in ~20 segments, not 100,000 searches). Files that leave the table (compaction,
+    vacuum) are filtered out of the segments. A prefix hit is confirmed on its row by the caller.
+    Writers hold `_lock`; readers take the segment list as it is (replaced, never changed)."""
 
     def __init__(self) -> None:
-        self._files: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._numbers: dict[str, int] = {}  # path -> file number
+        self._paths: dict[int, str] = {}
+        self._segments: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (prefixes, file numbers, locations)
+        self._next = 0
         self._lock = threading.Lock()
+
+    def __contains__(self, path: str) -> bool:
+        return path in self._numbers
 
     def add(self, path: str) -> bool:
         """Index `path` unless it is already; True when it was indexed now."""
-        if path in self._files:
+        if path in self._numbers:
             return False
         self.add_with_hashes(path)
         return True
@@ -229,10 +244,8 @@ class _HashIndex:
         """Index `path` (again, if it was) and return its message hashes."""
         pf = pq.ParquetFile(path)
         every: list[bytes] = []
-        if "message_hash" not in pf.schema_arrow.names:
-            keys, locs = np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64)
-        else:
-            parts_k, parts_l = [], []
+        parts_k, parts_l = [], []
+        if "message_hash" in pf.schema_arrow.names:
             for g in range(pf.metadata.num_row_groups):
                 col = pf.read_row_group(g, columns=["message_hash"])["message_hash"].combine_chunks()
                 hashes = col.to_pylist()
@@ -240,46 +253,67 @@ class _HashIndex:
                 prefixes = _prefixes(hashes)
                 parts_k.append(prefixes)
                 parts_l.append((np.uint64(g) << np.uint64(32)) | np.arange(len(prefixes), dtype=np.uint64))
-            keys = np.concatenate(parts_k) if parts_k else np.zeros(0, dtype=np.uint64)
-            locs = np.concatenate(parts_l) if parts_l else np.zeros(0, dtype=np.uint64)
-            order = np.argsort(keys, kind="stable")
-            keys, locs = keys[order], locs[order]
+        keys = np.concatenate(parts_k) if parts_k else np.zeros(0, dtype=np.uint64)
+        locs = np.concatenate(parts_l) if parts_l else np.zeros(0, dtype=np.uint64)
+        order = np.argsort(keys, kind="stable")
         with self._lock:
-            self._files[path] = (keys, locs)
+            if path in self._numbers:
+                self._remove_locked({self._numbers[path]})
+            number = self._next
+            self._next += 1
+            self._numbers[path], self._paths[number] = number, path
+            segments = [*self._segments, (keys[order], np.full(len(keys), number, dtype=np.uint32), locs[order])]
+            while len(segments) >= 2 and len(segments[-2][0]) <= 2 * len(segments[-1][0]):
+                a, b = segments[-2], segments[-1]
+                merged = np.argsort(np.concatenate((a[0], b[0])), kind="stable")  # timsort: two runs, linear
+                segments[-2:] = [tuple(np.concatenate((x, y))[merged] for x, y in zip(a, b))]
+            self._segments = segments
         return every
 
-    def candidates_many(self, path: str, prefixes: np.ndarray) -> list[tuple[int, int, int]]:
-        """(i, row group, row) for every entry of `path` whose prefix equals prefixes[i]."""
-        entry = self._files.get(path)
-        if entry is None or not len(prefixes):
-            return []
-        keys, locs = entry
-        lo = np.searchsorted(keys, prefixes, side="left")
-        hi = np.searchsorted(keys, prefixes, side="right")
-        out = []
-        for i in np.flatnonzero(hi > lo).tolist():
-            for v in locs[lo[i]:hi[i]].tolist():
-                out.append((i, v >> 32, v & 0xFFFFFFFF))
+    def candidates_many(self, prefixes: np.ndarray) -> list[tuple[int, str, int, int]]:
+        """(i, path, row group, row) for every indexed row whose prefix equals prefixes[i]."""
+        out: list[tuple[int, str, int, int]] = []
+        if not len(prefixes):
+            return out
+        paths = self._paths
+        for keys, numbers, locs in self._segments:
+            lo = np.searchsorted(keys, prefixes, side="left")
+            hi = np.searchsorted(keys, prefixes, side="right")
+            for i in np.flatnonzero(hi > lo).tolist():
+                for j in range(lo[i], hi[i]):
+                    path, v = paths.get(int(numbers[j])), int(locs[j])
+                    if path is not None:
+                        out.append((i, path, v >> 32, v & 0xFFFFFFFF))
         return out
 
-    def candidates(self, path: str, message_hash: bytes) -> list[tuple[int, int]]:
-        entry = self._files.get(path)
-        if entry is None:
-            return []
-        keys, locs = entry
-        prefix = np.uint64(int.from_bytes(message_hash[:8], "big"))
-        lo = int(np.searchsorted(keys, prefix, side="left"))
-        hi = int(np.searchsorted(keys, prefix, side="right"))
-        return [(int(v >> np.uint64(32)), int(v & np.uint64(0xFFFFFFFF))) for v in locs[lo:hi]]
+    def candidates(self, message_hash: bytes) -> list[tuple[str, int, int]]:
+        """(path, row group, row) for every indexed row whose prefix is this hash's."""
+        prefix = np.array([int.from_bytes(message_hash[:8], "big")], dtype=np.uint64)
+        return [(path, group, row) for _, path, group, row in self.candidates_many(prefix)]
 
-    def retain(self, live: set[str]) -> None:
+    def retain(self, live: set[str] | frozenset[str]) -> None:
+        """Forget the files not in `live`."""
         with self._lock:
-            for path in [p for p in self._files if p not in live]:
-                del self._files[path]
+            gone = {n for path, n in self._numbers.items() if path not in live}
+            if gone:
+                self._remove_locked(gone)
+
+    def _remove_locked(self, numbers: set[int]) -> None:
+        dead = np.fromiter(numbers, dtype=np.uint32)
+        kept = []
+        for seg in self._segments:
+            keep = ~np.isin(seg[1], dead)
+            if keep.all():
+                kept.append(seg)
+            elif keep.any():
+                kept.append(tuple(x[keep] for x in seg))
+        self._segments = kept
+        for n in numbers:
+            del self._numbers[self._paths.pop(n)]
 
     @property
     def nbytes(self) -> int:
-        return sum(k.nbytes + v.nbytes for k, v in self._files.values())
+        return sum(k.nbytes + n.nbytes + v.nbytes for k, n, v in self._segments)
 
 
 def _prefixes(hashes: list[bytes | None]) -> np.ndarray:
@@ -346,6 +380,7 @@ class StoreReader:
         self._thread: threading.Thread | None = None
         self.row_groups_read = 0
         self._hashes = _HashIndex()
+        self._indexed_version: int | None = None  # every data file of this snapshot version is indexed
         np.asarray(pa.array([0.0]))  # one-time Arrow/NumPy set-up (about a second), not on a query
 
     # --- the snapshot ---------------------------------------------------------------------
@@ -496,15 +531,23 @@ class StoreReader:
         snap = self.snapshot
         if snap is None or not hashes:
             return set()
-        prefixes = _prefixes(hashes)
+        self._index_snapshot(snap)
         out: set[bytes] = set()
+        for i, path, group, row in self._hashes.candidates_many(_prefixes(hashes)):
+            if path not in snap.paths:  # indexed for a newer snapshot, not swapped in yet (or gone)
+                continue
+            g = self._read(path, group)
+            if "message_hash" in g.table.column_names and g.table["message_hash"][row].as_py() == hashes[i]:
+                out.add(hashes[i])
+        return out
+
+    def _index_snapshot(self, snap: Snapshot) -> None:
+        """Index any data file of `snap` not indexed yet (once per snapshot version)."""
+        if self._indexed_version == snap.version:
+            return
         for f in snap.files:
             self._hashes.add(f.path)
-            for i, group, row in self._hashes.candidates_many(f.path, prefixes):
-                g = self._read(f.path, group)
-                if "message_hash" in g.table.column_names and g.table["message_hash"][row].as_py() == hashes[i]:
-                    out.add(hashes[i])
-        return out
+        self._indexed_version = snap.version
 
     def locate(self, message_hash: bytes) -> StoredMessage | None:
         """The stored message with this hash (its store position and fields), from the tail or
@@ -522,12 +565,13 @@ class StoreReader:
                 return None
         if len(message_hash) != 32:
             return None
-        for f in snap.files:
-            self._hashes.add(f.path)
-            for group, row in self._hashes.candidates(f.path, message_hash):
-                g = self._read(f.path, group)
-                if "message_hash" in g.table.column_names and g.table["message_hash"][row].as_py() == message_hash:
-                    return StoredMessage.from_mapping(g.table.slice(row, 1).to_pylist()[0])
+        self._index_snapshot(snap)
+        for path, group, row in self._hashes.candidates(message_hash):
+            if path not in snap.paths:
+                continue
+            g = self._read(path, group)
+            if "message_hash" in g.table.column_names and g.table["message_hash"][row].as_py() == message_hash:
+                return StoredMessage.from_mapping(g.table.slice(row, 1).to_pylist()[0])
         return None
 
     def close(self) -> None:

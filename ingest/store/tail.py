@@ -133,6 +133,12 @@ class Tail:
         """Take messages in (one per hash: the earliest receive); `coords`: hash -> the Kafka
         (partition, offset) of that copy."""
         added = 0
+        # New keys per sorted list, merged in once per call: copies arrive out of receive-time
+        # order (partitions, bridges), and one insert at a time into a list of 200,000 moves its
+        # tail once per key.
+        new_all: list[Key] = []
+        new_content: dict[str, list[Key]] = {}
+        new_pubsub: dict[str, list[Key]] = {}
         for m in messages:
             h = m.message_hash
             old = self._entries.get(h)
@@ -147,13 +153,14 @@ class Tail:
             if where is not None:
                 self._coords[h] = where
                 self._arrivals.setdefault(where[0], collections.deque()).append((where[1], h))
-            for lst in (self._all, self._by_content.setdefault(m.content_topic, []),
-                        self._by_pubsub.setdefault(m.pubsub_topic, [])):
-                if not lst or lst[-1] < key:
-                    lst.append(key)
-                else:
-                    bisect.insort(lst, key)
+            new_all.append(key)
+            new_content.setdefault(m.content_topic, []).append(key)
+            new_pubsub.setdefault(m.pubsub_topic, []).append(key)
             added += 1
+        _merge(self._all, new_all)
+        for index, new in ((self._by_content, new_content), (self._by_pubsub, new_pubsub)):
+            for name, keys in new.items():
+                _merge(index.setdefault(name, []), keys)
         self.added += added
         self._tidy_arrivals()
         over = len(self._entries) - self.max_messages
@@ -504,6 +511,22 @@ class TailFollower:
                 if self._stop.wait(0.2 * (attempt + 1)):
                     break
         return set()
+
+
+def _merge(lst: list[Key], keys: list[Key]) -> None:
+    """Merge `keys` into the sorted list `lst`: appended when they all come after it, else its
+    part from the first new key on is sorted again with them (two sorted runs: one pass)."""
+    if not keys:
+        return
+    keys.sort()
+    if not lst or lst[-1] < keys[0]:
+        lst.extend(keys)
+        return
+    at = bisect.bisect_right(lst, keys[0])
+    rest = lst[at:]
+    rest.extend(keys)
+    rest.sort()
+    lst[at:] = rest
 
 
 def at_or_before(index: Index, cursor: Index, forward: bool) -> bool:

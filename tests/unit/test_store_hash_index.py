@@ -1,0 +1,68 @@
+"""The online reader's hash index (ingest/store/reader.py `_HashIndex`): every hash of every
+indexed file is found at its (file, row group, row), also when prefixes collide across files;
+files come in one by one and the index stays a few sorted segments (a lookup does not grow with
+the number of files); files that leave the table are forgotten; a file indexed again is not
+counted twice."""
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ingest.store.reader import _HashIndex
+
+
+def write_file(path: str, hashes: list[bytes], group_rows: int) -> None:
+    pq.write_table(pa.table({"message_hash": pa.array(hashes, pa.binary())}), path, row_group_size=group_rows)
+
+
+def test_hash_index_finds_every_row_across_files_and_forgets_removed_files(tmp_path):
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    index = _HashIndex()
+    where: dict[bytes, list[tuple[str, int, int]]] = {}
+    files = []
+    shared_prefix = rng.randbytes(8)
+    for n in range(40):
+        rows = rng.randrange(1, 300)
+        hashes = [rng.randbytes(32) for _ in range(rows)]
+        hashes[0] = shared_prefix + rng.randbytes(24)  # the same 8-byte prefix in every file
+        path = str(tmp_path / f"part-{n}.parquet")
+        group_rows = rng.randrange(1, 120)
+        write_file(path, hashes, group_rows)
+        assert sorted(index.add_with_hashes(path)) == sorted(hashes)
+        assert not index.add(path)  # indexed already
+        files.append(path)
+        for i, h in enumerate(hashes):
+            where.setdefault(h, []).append((path, i // group_rows, i % group_rows))
+        # a few sorted segments, not one per file
+        assert len(index._segments) <= math.log2(sum(len(v) for v in where.values())) + 1
+
+    by_prefix: dict[bytes, list[tuple[str, int, int]]] = {}
+    for h, places in where.items():
+        by_prefix.setdefault(h[:8], []).extend(places)
+
+    def at_prefix(h: bytes) -> list[tuple[str, int, int]]:  # a lookup answers every row with the hash's prefix
+        return sorted(p for p in by_prefix[h[:8]] if p[0] in live)
+
+    live = set(files)
+    for h in where:
+        assert sorted(index.candidates(h)) == at_prefix(h)
+    hits = index.candidates_many(np.array([int.from_bytes(shared_prefix, "big")], dtype=np.uint64))
+    assert len(hits) == len(files) and {p for _, p, _, _ in hits} == live
+
+    live = set(rng.sample(files, 25))
+    index.retain(live)
+    for h in where:
+        assert sorted(index.candidates(h)) == at_prefix(h)
+    assert all(not index.add(p) for p in live) and all(p not in index for p in set(files) - live)
+
+    again = sorted(live)[0]
+    index.add_with_hashes(again)  # indexed again (a re-read): its rows once, not twice
+    for h in where:
+        assert sorted(index.candidates(h)) == at_prefix(h)
+    assert index.nbytes == 20 * sum(1 for places in where.values() for p in places if p[0] in live)  # 20 bytes a row
