@@ -48,7 +48,9 @@ What is measured (over the measured window):
                      are missing); `committed_*_of_committed_s` are over the committed ones only
   queryable_p50_ms/p99_ms  per probe: first answer from B containing the message - Kafka
                      acknowledgement; probes not answered within 30 s (5 s with --quick) count as
-                     missing (`queryable_missing`) and as +inf in the percentiles
+                     missing (`queryable_missing`) and as +inf in the percentiles;
+                     `queryable_query_errors`: the prober's queries that failed
+  warmup_taken_s     the warm-up before the window (adaptive with --warmup-until-lag)
   missing            window messages not committed by the end
   committed_lag_at_start_s  how far behind the job was as the window began: append -> commit,
                      median, of the last commit before it (a backlog the warm-up left)
@@ -568,7 +570,8 @@ def main() -> int:
     parser.add_argument("--warmup-until-lag", type=float, default=None, metavar="L",
                         help="adaptive warm-up: the window begins once a commit's median append -> commit "
                              "latency is at most L s (after --warmup-min s; --warmup is then the longest)")
-    parser.add_argument("--warmup-min", type=float, default=30.0)
+    parser.add_argument("--warmup-min", type=float, default=30.0,
+                        help="with --warmup-until-lag: the shortest warm-up (s)")
     parser.add_argument("--no-service", action="store_true",
                         help="no bridge B and no prober: the store job's throughput with only the broker and "
                              "the producers beside it (queryable figures are then null)")
