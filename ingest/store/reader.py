@@ -217,7 +217,7 @@ class _HashIndex:
     """message hash -> (data file, row group, row) over every indexed data file: the first 8
     bytes of each hash, sorted, with its file number and location (20 bytes a row). A file's
     hashes come in as a sorted segment of their own, and segments of like size are merged
-    (two sorted runs: one linear pass), so there are O(log rows) segments and a lookup costs a
+    (one stable sort of two sorted runs), so there are O(log rows) segments and a lookup costs a
     binary search in each, whatever the number of files (a table of 100,000 micro-batch files
     is a lookup in ~20 segments, not 100,000 searches). Files that leave the table (compaction,
     vacuum) are filtered out of the segments. A prefix hit is confirmed on its row by the caller.
@@ -265,7 +265,7 @@ class _HashIndex:
             segments = [*self._segments, (keys[order], np.full(len(keys), number, dtype=np.uint32), locs[order])]
             while len(segments) >= 2 and len(segments[-2][0]) <= 2 * len(segments[-1][0]):
                 a, b = segments[-2], segments[-1]
-                merged = np.argsort(np.concatenate((a[0], b[0])), kind="stable")  # timsort: two runs, linear
+                merged = np.argsort(np.concatenate((a[0], b[0])), kind="stable")
                 segments[-2:] = [tuple(np.concatenate((x, y))[merged] for x, y in zip(a, b))]
             self._segments = segments
         return every
