@@ -90,6 +90,11 @@ class _Stats:
     pubsub: tuple[str | None, str | None] = (None, None)
     content: tuple[str | None, str | None] = (None, None)
     rows: int = 0
+    # Sender timestamps (ns) of the rows that have one, and how many rows have none (None:
+    # unknown). What a time window compares (StoredMessage.time_ns).
+    min_ts: int | None = None
+    max_ts: int | None = None
+    ts_nulls: int | None = None
 
 
 @dataclass
@@ -131,7 +136,26 @@ def _may_match(st: _Stats, query: StoreQuery, truncated: bool) -> bool:
         return False
     if query.content_topics and not any(_in_range(t, *st.content, truncated) for t in query.content_topics):
         return False
+    if query.time_start is not None or query.time_end is not None:
+        return _may_be_in_window(st, query.time_start, query.time_end)
     return True
+
+
+def _may_be_in_window(st: _Stats, start: int | None, end: int | None) -> bool:
+    """Whether a unit may hold a row whose time (sender timestamp, or receive time without
+    one) lies in [start, end]: its timestamp range meets the window, or it may hold rows without
+    a timestamp (null or 0) and its receive-time range meets the window."""
+    lo = -math.inf if start is None else start
+    hi = math.inf if end is None else end
+    if st.min_ts is None or st.max_ts is None:
+        if st.ts_nulls is None or st.ts_nulls < st.rows or st.rows == 0:
+            return True  # no statistics: anything
+    elif st.min_ts <= hi and st.max_ts >= lo:
+        return True
+    untimed = st.ts_nulls is None or st.ts_nulls > 0 or (
+        st.min_ts is not None and st.max_ts is not None and st.min_ts <= 0 <= st.max_ts)
+    # int(received_time * 1e9) of a row may round a little either way: 1 µs of slack.
+    return untimed and st.min_rt * 1e9 - 1e3 <= hi and st.max_rt * 1e9 + 1e3 >= lo
 
 
 def _frontier_cursor(frontier: float, forward: bool) -> Index:
@@ -181,6 +205,10 @@ def _footer_stats(md: pq.FileMetaData) -> list[tuple[int, _Stats]]:
         st.max_rt = math.inf if hi is None else float(hi)
         st.pubsub = minmax("pubsub_topic")
         st.content = minmax("content_topic")
+        st.min_ts, st.max_ts = minmax("timestamp")
+        i = names.get("timestamp")
+        s = rg.column(i).statistics if i is not None else None
+        st.ts_nulls = s.null_count if s is not None and s.has_null_count else None
         out.append((g, st))
     return out
 
@@ -450,6 +478,8 @@ class StoreReader:
             st.max_rt = math.inf if hi is None else float(hi)
             st.pubsub = (a.get("min.pubsub_topic"), a.get("max.pubsub_topic"))
             st.content = (a.get("min.content_topic"), a.get("max.content_topic"))
+            st.min_ts, st.max_ts = _stat(a.get("min.timestamp")), _stat(a.get("max.timestamp"))
+            st.ts_nulls = _stat(a.get("null_count.timestamp"))
             path = os.path.join(root, unquote(a["path"]))
             files.append(_File(path, st, None))
         # Footers already read (a path names immutable content) are reused.
