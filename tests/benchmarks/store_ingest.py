@@ -236,7 +236,8 @@ def role_prober(spec: dict) -> None:
 
     def done(h: bytes, found: float | None) -> None:
         acked = waiting.pop(h)
-        out.write(json.dumps({"hash": h.hex(), "ms": None if found is None else (found - acked) * 1000}) + "\n")
+        out.write(json.dumps({"hash": h.hex(), "ms": None if found is None else (found - acked) * 1000,
+                              "acked": time.time() - (time.perf_counter() - acked)}) + "\n")
 
     async def probe(seq: int) -> None:
         now = time.time()
@@ -584,6 +585,9 @@ def main() -> int:
     parser.add_argument("--probe-poll-ms", type=float, default=10.0,
                         help="the prober asks B for all its unanswered probes this often (one query)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--job-nice", type=int, default=0, metavar="N",
+                        help="run the store job (spark-submit and its JVM) at niceness N: on a shared host the "
+                             "batch job yields the cores to the serving bridge first")
     parser.add_argument("--keep", default=None, help="run in this directory and keep it")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="instead: profile the store job's batches over N seeded records, in-process")
@@ -652,7 +656,8 @@ def main() -> int:
         ensure_topics(bootstrap, {TOPIC: 4})
         job_log = tmp / "logs" / "store-job.log"
         submitted = time.time()
-        job = subprocess.Popen([str(REPO / "spark-submit.sh"), "store",
+        job = subprocess.Popen([*(["nice", "-n", str(args.job_nice)] if args.job_nice else []),
+                                str(REPO / "spark-submit.sh"), "store",
                                 *[a for o in overrides for a in ("--set", o)]],
                                stdout=job_log.open("ab"), stderr=subprocess.STDOUT, cwd=REPO,
                                start_new_session=True)
@@ -846,7 +851,8 @@ def main() -> int:
                    rate_asked=args.rate, producers=args.producers, seconds=seconds,
                    no_service=args.no_service, warmup_s=args.warmup, warmup_until_lag_s=args.warmup_until_lag,
                    max_offsets_per_trigger=args.max_offsets, trigger_seconds=args.trigger_seconds,
-                   payload_bytes=args.payload_bytes, probe_rate=args.probe_rate, probe_poll_ms=args.probe_poll_ms, master=args.master,
+                   payload_bytes=args.payload_bytes, probe_rate=args.probe_rate, probe_poll_ms=args.probe_poll_ms,
+                   master=args.master, job_nice=args.job_nice,
                    cores=os.cpu_count(), quick=args.quick, date=time.strftime("%Y-%m-%d"))
     print(json.dumps(results), flush=True)
     return 0
