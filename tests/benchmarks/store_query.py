@@ -2,7 +2,7 @@
 messages table of N rows, with 16 concurrent clients.
 
     .venv/bin/python tests/benchmarks/store_query.py [--quick] [--rows N] [--clients 16] [--seconds S]
-        [--servers K] [--client-procs P]
+        [--servers K] [--client-procs P] [--client py|go]
 
 1. Writes N messages straight into a Delta table in a temp dir with `deltalake` (no Spark):
    received_time over two days (two or three received_date partitions), 8 pubsub topics
@@ -19,6 +19,12 @@ messages table of N rows, with 16 concurrent clients.
    10 pages; every page is timed from request to decoded response (a new stream per page,
    as the reference clients do; --reuse-streams: one stream per client). Queries with no
    result are timed too.
+   `--client go`: each client is a go-waku node instead (tests/interop/go `store-bench`, built
+   on first use; one process a client), paging store v3 as apps do: one of the 8 pubsub topics
+   (go-waku requires one), the same content topics and popularity, a time window starting
+   (forward) or ending (backward) at a random time in 80 % of queries, else from the newest /
+   oldest message, up to 10 pages along the cursor, a new stream per page (go-waku's own
+   requests, no client-side rate limit).
 
 Prints per-page latency percentiles, pages/s and messages/s; the last line is JSON.
 """
@@ -227,6 +233,48 @@ def run_clients(targets: list[tuple[str, int]], seconds: float, reuse: bool = Fa
     print("RESULT " + json.dumps({"latencies": latencies, "elapsed": elapsed, "cpu_s": cpu_s, **counts}), flush=True)
 
 
+def go_client(go_bin: str, addr: str, seed: int, seconds: float) -> subprocess.Popen:
+    """A go-waku client process (tests/interop/go, `store-bench`): store v3 as apps page it,
+    time windows over the table's span, one new stream per page (go-waku's own requests)."""
+    cmd = [go_bin, "store-bench", "--peer", addr, "--cluster-id", "0", "--seconds", str(seconds),
+           "--seed", str(seed), "--pubsub-topics", ",".join(PUBSUB), "--timeout", "60",
+           "--start-ns", str(int(BASE_T * 1e9)), "--end-ns", str(int((BASE_T + SPAN_S) * 1e9))]
+    for c in CONTENT:  # in popularity order: go-waku's client weighs the i-th 1/(i+1), as here
+        cmd += ["--content-topic", c]
+    return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, cwd=REPO_ROOT)
+
+
+def client_ready(p: subprocess.Popen, kind: str) -> bool:
+    for line in p.stdout:
+        if kind != "go":
+            return line.strip() == "READY"
+        event = json.loads(line)
+        if event.get("event") == "ready":
+            return True
+        if event.get("event") == "summary":
+            print(f"go-waku client: {event.get('error')}", file=sys.stderr)
+            return False
+    return False
+
+
+def client_result(p: subprocess.Popen, kind: str) -> dict:
+    """{latencies (s), elapsed, cpu_s, pages, messages, errors} of one client process."""
+    for line in p.stdout:
+        if kind != "go":
+            if not line.startswith("RESULT "):
+                break
+            return {"errors": 0, **json.loads(line[len("RESULT "):])}
+        event = json.loads(line)
+        if event.get("event") == "summary":
+            if not event.get("ok"):
+                raise SystemExit(f"a go-waku client failed: {event.get('error')}")
+            return {"latencies": [x / 1000 for x in event["latencies_ms"]], "elapsed": event["elapsed_s"],
+                    "cpu_s": event["cpu_s"], "pages": event["pages"], "messages": event["messages"],
+                    "errors": event["errors"], "last_error": event.get("last_error")}
+    raise SystemExit("a client process failed")
+
+
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))] if s else float("nan")
@@ -253,6 +301,10 @@ def main() -> int:
                     help="client processes the clients are spread over (default: one per client)")
     ap.add_argument("--servers", type=int, default=1,
                     help="store server processes on the same table (clients round-robin over them)")
+    ap.add_argument("--client", choices=("py", "go"), default="py",
+                    help="py: py-libp2p clients, store 2.0.0-beta2, a cursor at a random time (default); "
+                         "go: go-waku clients (tests/interop/go, built on first use), store v3 with time "
+                         "windows, one process a client")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--client-role", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -283,6 +335,13 @@ def main() -> int:
                       .column("num_records").to_pylist())
     files = len(dt.file_uris())
 
+    go_bin = None
+    if args.client == "go":
+        built = subprocess.run(["bash", str(REPO_ROOT / "tests/interop/go/build.sh")], capture_output=True, text=True)
+        go_bin = built.stdout.strip().splitlines()[-1] if built.stdout.strip() else ""
+        if built.returncode != 0 or not os.path.exists(go_bin):
+            raise SystemExit(f"cannot build the go-waku client: {go_bin or built.stderr.strip()}")
+        args.client_procs = args.clients  # a go-waku node a process
     servers = [subprocess.Popen([sys.executable, __file__, "--serve", path, "--cache-mb", str(args.cache_mb),
                                  "--threads", str(args.threads), "--preload-mb", str(args.preload_mb)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
@@ -301,26 +360,25 @@ def main() -> int:
             targets[i % len(targets)].append((addrs[i % len(addrs)], 1000 + i))
         print(f"{len(servers)} store server(s); {args.clients} clients in {len(targets)} processes "
               f"for {seconds:.0f} s", file=sys.stderr, flush=True)
-        procs = [subprocess.Popen([sys.executable, __file__, "--client-role", json.dumps(
-                     {"targets": t, "seconds": seconds, "reuse": args.reuse_streams})],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
-                 for t in targets]
+        if args.client == "go":
+            procs = [go_client(go_bin, addr, seed, seconds) for t in targets for addr, seed in t]
+        else:
+            procs = [subprocess.Popen([sys.executable, __file__, "--client-role", json.dumps(
+                         {"targets": t, "seconds": seconds, "reuse": args.reuse_streams})],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+                     for t in targets]
         for p in procs:  # every client connected and warmed, then all start at once
-            line = p.stdout.readline()
-            if line.strip() != "READY":
-                raise SystemExit(f"a client process did not start: {line!r}")
+            if not client_ready(p, args.client):
+                raise SystemExit("a client process did not start")
         for p in procs:
             p.stdin.write("GO\n")
             p.stdin.flush()
-        results = []
+        results = [client_result(p, args.client) for p in procs]
         for p in procs:
-            line = p.stdout.readline()
-            if not line.startswith("RESULT "):
-                raise SystemExit(f"a client process failed: {line!r}")
-            results.append(json.loads(line[len("RESULT "):]))
             p.wait(timeout=30)
         latencies = [x for r in results for x in r["latencies"]]
-        counts = {k: sum(r[k] for r in results) for k in ("pages", "messages")}
+        counts = {k: sum(r[k] for r in results) for k in ("pages", "messages", "errors")}
+        last_errors = sorted({r["last_error"] for r in results if r.get("last_error")})
         elapsed = max(r["elapsed"] for r in results)
         client_cpu = sum(r["cpu_s"] for r in results)
         per_server = []
@@ -353,8 +411,12 @@ def main() -> int:
         "server_threads": args.threads,
         "preload_mb": args.preload_mb,
         "seconds": round(elapsed, 1),
+        "client": args.client,
+        "protocol": "v3" if args.client == "go" else "beta2",
         "pages": counts["pages"],
         "messages": counts["messages"],
+        "errors": counts["errors"],
+        "client_errors_seen": last_errors[:3],
         "pages_per_s": round(counts["pages"] / elapsed, 1),
         "messages_per_s": round(counts["messages"] / elapsed, 1),
         "latency_p50_ms": round(pct(ms, 50), 2),

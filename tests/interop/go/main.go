@@ -32,6 +32,8 @@ Commands:
   filter         --seconds S [--content-topic C ...] [--ping-every P] [--count N]
   store          [--page-size P] [--forward] [--hashes h1,h2] [--content-topic C ...]
   lightpush      --count N [--rate R]
+  store-bench    --seconds S [--pubsub-topics T1,T2] [--content-topic C ...] [--start-ns A --end-ns B] [--seed N]
+                 (a load client of tests/benchmarks/store_query.py: waits for a line on stdin)
 
 Common flags: --peer MULTIADDR (required) --cluster-id N (1) --pubsub-topic T (/waku/2/rs/1/0)
   --content-topic C (/interop/1/test/proto) --timeout SECONDS (60) --prefix P (random)
@@ -86,6 +88,9 @@ type options struct {
 	endNs         int64
 	skipRateLimit bool
 
+	benchPubsub string
+	seed        int64
+
 	set         map[string]bool // flags given on the command line
 	autosharded bool            // --pubsub-topic "" resolved from the content topic
 }
@@ -108,7 +113,7 @@ func parseArgs(args []string) (*options, error) {
 	}
 	o.command = args[0]
 	switch o.command {
-	case "stay", "relay-publish", "relay-receive", "filter", "store", "lightpush":
+	case "stay", "relay-publish", "relay-receive", "filter", "store", "lightpush", "store-bench":
 	case "help":
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(0)
@@ -147,6 +152,8 @@ func parseArgs(args []string) (*options, error) {
 	fs.Int64Var(&o.startNs, "start-ns", 0, "store: time_start (ns, 0 = unset)")
 	fs.Int64Var(&o.endNs, "end-ns", 0, "store: time_end (ns, 0 = unset)")
 	fs.BoolVar(&o.skipRateLimit, "skip-ratelimit", false, "store: skip go-waku's client-side limit of 8 requests/s per peer")
+	fs.StringVar(&o.benchPubsub, "pubsub-topics", "", "store-bench: comma-separated pubsub topics to query (default --pubsub-topic)")
+	fs.Int64Var(&o.seed, "seed", 1, "store-bench: seed of the random queries")
 
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
@@ -274,6 +281,8 @@ func main() {
 		res = cmdStore(ctx, o, logger)
 	case "lightpush":
 		res = cmdLightpush(ctx, o, logger)
+	case "store-bench":
+		res = cmdStoreBench(ctx, o, logger)
 	}
 	if res.fields == nil {
 		res.fields = obj{}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"math/rand"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	wprotocol "github.com/waku-org/go-waku/waku/v2/protocol"
+	"github.com/waku-org/go-waku/waku/v2/protocol/store"
+)
+
+// cmdStoreBench is one load client of tests/benchmarks/store_query.py --client go: a go-waku
+// node that connects, warms its connection with one query, emits {"event":"ready"}, waits
+// for a line on stdin, then for --seconds pages store v3 queries the way apps do: a random
+// query (one of --pubsub-topics; none, one or three content topics of the --content-topic
+// list, the first the most popular: weight 1/(i+1); direction; page size 20 or 100; 80 % with
+// a time window starting (forward) or ending (backward) at a random time in
+// [--start-ns, --end-ns], else from the newest / oldest message), followed along its
+// cursor for up to 10 pages. Every page is go-waku's own request: a new stream each.
+// The summary holds every page's latency (ms), pages, messages, errors and the process's CPU
+// seconds during the run.
+func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
+	var topics []string
+	for _, t := range strings.Split(o.benchPubsub, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			topics = append(topics, t)
+		}
+	}
+	if len(topics) == 0 {
+		topics = []string{o.pubsubTopic}
+	}
+	contents := o.contentTopics.vals
+	weights := make([]float64, len(contents))
+	total := 0.0
+	for i := range contents {
+		weights[i] = 1.0 / float64(i+1)
+		total += weights[i]
+	}
+	rnd := rand.New(rand.NewSource(o.seed))
+	pickContent := func() string {
+		x := rnd.Float64() * total
+		for i, w := range weights {
+			if x < w {
+				return contents[i]
+			}
+			x -= w
+		}
+		return contents[len(contents)-1]
+	}
+
+	type query struct {
+		criteria store.FilterCriteria
+		forward  bool
+		size     uint64
+	}
+	randomQuery := func() query {
+		var cts []string
+		k := []int{0, 1, 1, 3}[rnd.Intn(4)]
+		seen := map[string]bool{}
+		for i := 0; i < k && len(contents) > 0; i++ {
+			if c := pickContent(); !seen[c] {
+				seen[c] = true
+				cts = append(cts, c)
+			}
+		}
+		q := query{forward: rnd.Float64() < 0.5, size: []uint64{20, 20, 100}[rnd.Intn(3)]}
+		q.criteria = store.FilterCriteria{ContentFilter: wprotocol.NewContentFilter(topics[rnd.Intn(len(topics))], cts...)}
+		if o.endNs > o.startNs && rnd.Float64() < 0.8 {
+			at := o.startNs + rnd.Int63n(o.endNs-o.startNs)
+			if q.forward {
+				q.criteria.TimeStart = proto.Int64(at)
+			} else {
+				q.criteria.TimeEnd = proto.Int64(at)
+			}
+		}
+		return q
+	}
+
+	deadline := time.Now().Add(o.timeoutDur())
+	s, err := newSession(ctx, o, log, nodeConfig{relay: false})
+	if err != nil {
+		return fail(nil, "%v", err)
+	}
+	defer s.stop()
+	if err := s.connect(ctx, deadline); err != nil {
+		return fail(s.connFields(nil), "%v", err)
+	}
+
+	latencies := make([]float64, 0, 4096)
+	pages, messages, errors := 0, 0, 0
+	var lastErr string
+	request := func(q query, res store.Result) (store.Result, error) {
+		rctx, cancel := context.WithTimeout(ctx, o.timeoutDur())
+		defer cancel()
+		if res != nil {
+			return res, res.Next(rctx, store.SkipRateLimit())
+		}
+		return s.node.Store().Request(rctx, q.criteria, store.WithPeer(s.peerID),
+			store.WithPaging(q.forward, q.size), store.IncludeData(true), store.SkipRateLimit())
+	}
+	if _, err := request(randomQuery(), nil); err != nil {
+		return fail(s.connFields(nil), "warm-up query: %v", err)
+	}
+	event("ready", obj{})
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return fail(s.connFields(nil), "stdin closed before the start")
+	}
+
+	cpu := func() float64 {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+	}
+	cpu0, t0 := cpu(), time.Now()
+	end := t0.Add(time.Duration(o.seconds * float64(time.Second)))
+	for time.Now().Before(end) && ctx.Err() == nil {
+		q := randomQuery()
+		var res store.Result
+		for i := 0; i < 10 && time.Now().Before(end); i++ {
+			began := time.Now()
+			next, err := request(q, res)
+			if err != nil {
+				errors++
+				lastErr = err.Error()
+				break
+			}
+			latencies = append(latencies, float64(time.Since(began).Microseconds())/1000)
+			pages++
+			messages += len(next.Messages())
+			res = next
+			if res.Cursor() == nil {
+				break
+			}
+		}
+	}
+	f := s.connFields(nil)
+	f["latencies_ms"] = latencies
+	f["pages"] = pages
+	f["messages"] = messages
+	f["errors"] = errors
+	f["last_error"] = lastErr
+	f["elapsed_s"] = time.Since(t0).Seconds()
+	f["cpu_s"] = cpu() - cpu0
+	return result{fields: f}
+}
