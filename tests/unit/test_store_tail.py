@@ -174,9 +174,14 @@ def test_tail_applies_the_store_rules_like_the_load_generator_says():
     assert stored >= len(gen.truth.stored)
 
 
-def test_what_the_job_refused_is_swept_at_its_committed_offsets(tmp_path):
+@pytest.mark.parametrize("chunk", (500, 4))
+def test_what_the_job_refused_is_swept_at_its_committed_offsets(tmp_path, monkeypatch, chunk):
     """Tail messages below the store job's committed offsets that the new snapshot does not
-    hold were refused by the job: they leave with that snapshot; those above stay."""
+    hold were refused by the job: they leave with that snapshot; those above stay (also when
+    the sweep takes the lock for a few arrivals at a time)."""
+    import ingest.store.tail as tail_mod
+
+    monkeypatch.setattr(tail_mod, "_TIDY_CHUNK", chunk)
     seed, rnd = seeded()
     rows = sorted(random_rows(rnd, 120)[:60], key=lambda r: (r["received_time"], r["digest"]))
     assert len(rows) == 60
