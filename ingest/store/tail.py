@@ -180,6 +180,10 @@ class Tail:
         self._tidy_arrivals()
         over = len(self) - self.max_messages
         if over > 0:
+            if self._durable:
+                # Full: remove what Delta holds now (tidy() would later) so that the oldest
+                # live keys are at the lists' front to evict, and trimming reaches them.
+                self._remove_keys({h: self._entries[h] for h in self._durable})
             oldest: dict[bytes, StoredMessage] = {}
             for k in self._all:
                 if len(oldest) >= over:

@@ -368,3 +368,19 @@ def test_a_commit_is_gone_at_once_and_removed_a_chunk_at_a_time(monkeypatch):
     assert sorted((m.received_time, m.digest) for m in tail.snapshot()) == sorted(
         (r["received_time"], r["digest"]) for r in rows if r["message_hash"] not in durable)
     assert isinstance(real, type(threading.Lock()))
+
+
+def test_a_full_tail_removes_what_is_durable_before_it_evicts():
+    """Over max_messages with a commit's removal still pending: the durable entries go first
+    (at once), then the oldest live ones are evicted and the lists' fronts trimmed."""
+    seed, rnd = seeded()
+    rows = sorted(random_rows(rnd, 200)[:100], key=lambda r: (r["received_time"], r["digest"]))
+    tail = Tail(max_messages=60)
+    add(tail, rows[:60])
+    with tail.lock:
+        tail.drop_locked({r["message_hash"] for r in rows[:30]})
+    add(tail, rows[60:100])  # 30 live + 40 new: 10 over
+    assert not tail._durable and len(tail._entries) == 60 and tail.evicted == 10
+    kept = sorted((m.received_time, m.digest) for m in tail.snapshot())
+    assert kept == [(r["received_time"], r["digest"]) for r in rows[40:100]]
+    assert tail._live(tail._all[0])  # trimmed to the first live key
