@@ -454,11 +454,9 @@ class StoreReader:
         durable_set = set(durable)  # built outside the lock
         with self.tail.lock:
             gone = self.tail.drop_locked(durable_set)
+            if committed and self.hashes_ready.is_set():
+                self.tail.sweep_locked(committed)
             self.snapshot = new
-        # What the job refused (below its committed offsets, not in this snapshot), then the
-        # removals: a chunk per hold of the lock, so queries and the tail's inserts go on.
-        if committed and self.hashes_ready.is_set():
-            self.tail.sweep(committed)
         self.tail.tidy()
         if gone:
             log.debug("store tail: %d messages now in Delta version %d", gone, new.version)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import bisect
 import collections
 import glob
-import itertools
 import json
 import logging
 import math
@@ -49,13 +48,6 @@ log = logging.getLogger("ingest.store.tail")
 _HIGH = b"\xff" * 64  # above every digest and hash: a key's upper bound at a given Index
 Key = tuple[float, bytes, bytes]  # (received_time, digest, message_hash)
 _CHUNK = 500  # messages taken in per hold of the tail's lock
-# tidy() removes entries this many per hold of the lock (and trims the lists _TRIM_CHUNK keys
-# per hold), and pauses between holds: a commit's 30,000 removals in one go held the GIL for ~200 ms at 10,000 msg/s,
-# and the tail's Kafka thread (which gives the GIL up at every socket call) waited up to the
-# 5 ms switch interval each time it wanted it back (session 12).
-_TIDY_CHUNK = 500
-_TRIM_CHUNK = 5000  # stale keys trimmed off a list per hold (~0.2 µs each, an entry ~2 µs)
-_TIDY_PAUSE_S = 0.002
 
 
 @dataclass(frozen=True)
@@ -112,10 +104,6 @@ class Tail:
         self.committed = committed or (lambda: None)
         self.lock = threading.Lock()
         self._entries: dict[bytes, StoredMessage] = {}
-        # Entries a snapshot swapped in holds (durable): gone for every read and insert, removed
-        # for good by tidy() a chunk at a time, so the swap holds the lock for set operations
-        # only. Always a subset of _entries' keys.
-        self._durable: set[bytes] = set()
         self._keys: dict[bytes, Key] = {}  # the live key of each entry (the one object in the lists)
         # Kafka coordinates of the copy kept, and per partition (offset, hash) in arrival order.
         self._coords: dict[bytes, tuple[int, int]] = {}
@@ -136,7 +124,7 @@ class Tail:
         self._evict_logged = -math.inf
 
     def __len__(self) -> int:
-        return len(self._entries) - len(self._durable)
+        return len(self._entries)
 
     # --- changes (call with `lock` held) ---------------------------------------------------
 
@@ -151,11 +139,8 @@ class Tail:
         new_all: list[Key] = []
         new_content: dict[str, list[Key]] = {}
         new_pubsub: dict[str, list[Key]] = {}
-        durable = self._durable
         for m in messages:
             h = m.message_hash
-            if h in durable:
-                continue  # Delta has it
             old = self._entries.get(h)
             if old is not None:
                 if (old.received_time, old.digest) <= (m.received_time, m.digest):
@@ -178,12 +163,8 @@ class Tail:
                 _merge(index.setdefault(name, []), keys)
         self.added += added
         self._tidy_arrivals()
-        over = len(self) - self.max_messages
+        over = len(self._entries) - self.max_messages
         if over > 0:
-            if self._durable:
-                # Full: remove what Delta holds now (tidy() would later) so that the oldest
-                # live keys are at the lists' front to evict, and trimming reaches them.
-                self._remove_keys({h: self._entries[h] for h in self._durable})
             oldest: dict[bytes, StoredMessage] = {}
             for k in self._all:
                 if len(oldest) >= over:
@@ -218,71 +199,38 @@ class Tail:
         """Forget messages whose Kafka offset lies below the store job's committed end of their
         partition: call after dropping what the matching snapshot holds, so what is left there
         is what the job refused (a receive time it found in the future, a copy it had already)."""
-        gone = self._sweep(committed, None)[0]
-        self._log_swept(gone)
-        return gone
-
-    def sweep(self, committed: Mapping[int, int]) -> int:
-        """sweep_locked, taking the lock for a chunk of arrivals at a time (a commit's 30,000
-        took ~50 ms under the lock at 10,000 msg/s, and queries waited for it)."""
-        total = 0
-        while True:
-            with self.lock:
-                gone, more = self._sweep(committed, _TIDY_CHUNK)
-            total += gone
-            if not more:
-                break
-            time.sleep(_TIDY_PAUSE_S)
-        self._log_swept(total)
-        return total
-
-    def _sweep(self, committed: Mapping[int, int], limit: int | None) -> tuple[int, bool]:
-        """(messages swept, whether arrivals below `committed` are left after `limit` steps)."""
         gone: dict[bytes, StoredMessage] = {}
-        steps, more = 0, False
         for partition, arrivals in self._arrivals.items():
             end = committed.get(partition)
             if end is None:
                 continue
             while arrivals and arrivals[0][0] < end:
-                if limit is not None and steps >= limit:
-                    more = True
-                    break
-                steps += 1
                 offset, h = arrivals.popleft()
-                if self._coords.get(h) == (partition, offset) and h in self._entries and h not in self._durable:
+                if self._coords.get(h) == (partition, offset) and h in self._entries:
                     gone[h] = self._entries[h]
-            if more:
-                break
         if gone:
             self._remove_keys(gone)
             self.swept += len(gone)
-        return len(gone), more
-
-    @staticmethod
-    def _log_swept(count: int) -> None:
-        if count:
             log.info("store tail: %d messages below the store job's committed offsets are not in Delta "
-                     "(refused by the job): dropped", count)
+                     "(refused by the job): dropped", len(gone))
+        return len(gone)
 
     def drop_locked(self, hashes: set[bytes] | frozenset[bytes]) -> int:
-        """Forget the messages with these hashes (now durable in Delta): at once for every read
-        and insert, for good in tidy(). Set operations in C only (a commit of 30,000 messages
-        took ~60 ms under the lock when each entry was removed here, and queries waited for it);
-        a compaction's millions of hashes cost no more than the tail's size."""
-        if len(hashes) <= len(self._entries):
-            new = self._entries.keys() & hashes
+        """Forget the messages with these hashes (now durable in Delta). Looks up the smaller
+        side, so a compaction's millions of hashes cost no more than the tail's size."""
+        entries = self._entries
+        if len(hashes) <= len(entries):
+            gone = {h: entries[h] for h in hashes if h in entries}
         else:
-            new = {h for h in self._entries if h in hashes}
-        new -= self._durable
+            gone = {h: m for h, m in entries.items() if h in hashes}
         self.generation += 1
-        if new:
-            self._durable |= new
-            self.dropped += len(new)
-        return len(new)
+        if gone:
+            self._remove_keys(gone, trim=False)
+            self.dropped += len(gone)
+        return len(gone)
 
     def _live(self, key: Key) -> bool:
-        return self._keys.get(key[2]) is key and key[2] not in self._durable
+        return self._keys.get(key[2]) is key
 
     def _remove_keys(self, gone: Mapping[bytes, StoredMessage], trim: bool = True) -> None:
         """Forget entries. Their keys stay in the sorted lists as stale ones (skipped by reads):
@@ -293,7 +241,6 @@ class Tail:
             del self._entries[h]
             del self._keys[h]
             self._coords.pop(h, None)
-        self._durable.difference_update(gone)
         self._stale += len(gone)
         if trim:
             self._trim_lists({m.content_topic for m in gone.values()}, {m.pubsub_topic for m in gone.values()})
@@ -302,34 +249,11 @@ class Tail:
             self._untrimmed_pubsub.update(m.pubsub_topic for m in gone.values())
 
     def tidy(self) -> None:
-        """Remove the entries a drop made durable and trim the stale keys off the lists (takes
-        the lock a chunk at a time: queries and inserts go on in between)."""
-        while True:
-            with self.lock:
-                if not self._durable:
-                    break
-                batch = itertools.islice(self._durable, _TIDY_CHUNK)
-                self._remove_keys({h: self._entries[h] for h in list(batch)}, trim=False)
-            time.sleep(_TIDY_PAUSE_S)
+        """Trim the lists a drop left stale keys in (takes the lock)."""
         with self.lock:
             contents, pubsubs = self._untrimmed_content, self._untrimmed_pubsub
             self._untrimmed_content, self._untrimmed_pubsub = set(), set()
-        lists = [self._all] + [lst for index, names in ((self._by_content, contents), (self._by_pubsub, pubsubs))
-                               for name in names if (lst := index.get(name)) is not None]
-        for lst in lists:
-            while True:
-                with self.lock:
-                    trimmed = self._trim(lst, _TRIM_CHUNK)
-                    if lst is self._all:
-                        self._stale -= trimmed
-                    if trimmed < _TRIM_CHUNK:
-                        break
-                time.sleep(_TIDY_PAUSE_S)
-        with self.lock:
-            for index in (self._by_content, self._by_pubsub):
-                for name in [n for n, lst in index.items() if not lst]:
-                    del index[name]
-            self._rebuild_if_stale()
+            self._trim_lists(contents, pubsubs)
 
     def _trim_lists(self, contents: set[str], pubsubs: set[str]) -> None:
         self._stale -= self._trim(self._all)
@@ -340,9 +264,6 @@ class Tail:
                     self._trim(lst)
                     if not lst:
                         del index[name]
-        self._rebuild_if_stale()
-
-    def _rebuild_if_stale(self) -> None:
         if self._stale > max(len(self._entries), 10_000):
             live = self._live
             self._all = [k for k in self._all if live(k)]
@@ -353,10 +274,9 @@ class Tail:
                         del index[name]
             self._stale = 0
 
-    def _trim(self, lst: list[Key], limit: int | None = None) -> int:
-        """Drop stale keys off the front of `lst` (at most `limit`); how many."""
-        i, keys = 0, self._keys
-        n = len(lst) if limit is None else min(len(lst), limit)
+    def _trim(self, lst: list[Key]) -> int:
+        """Drop stale keys off the front of `lst`; how many."""
+        i, n, keys = 0, len(lst), self._keys
         while i < n and keys.get(lst[i][2]) is not lst[i]:
             i += 1
         if i:
@@ -366,11 +286,11 @@ class Tail:
     # --- reads (call with `lock` held) -----------------------------------------------------
 
     def get_locked(self, message_hash: bytes) -> StoredMessage | None:
-        return None if message_hash in self._durable else self._entries.get(message_hash)
+        return self._entries.get(message_hash)
 
     def nearest_locked(self, query: StoreQuery, n: int) -> list[StoredMessage]:
         """The (at most) n matching messages nearest to the cursor, in no particular order."""
-        if len(self._entries) == len(self._durable):
+        if not self._entries:
             return []
         if query.content_topics:
             lists = [self._by_content.get(c, []) for c in set(query.content_topics)]
@@ -379,7 +299,7 @@ class Tail:
         else:
             lists = [self._all]
         out: list[StoredMessage] = []
-        live, durable = self._keys, self._durable
+        live = self._keys
         c = query.cursor
         for lst in lists:
             if query.forward:
@@ -390,8 +310,8 @@ class Tail:
                 keys = (lst[j] for j in range(i - 1, -1, -1))
             got = 0
             for key in keys:
-                if live.get(key[2]) is not key or key[2] in durable:
-                    continue  # stale, or in Delta
+                if live.get(key[2]) is not key:
+                    continue  # stale
                 m = self._entries[key[2]]
                 if query.pubsub_topic and m.pubsub_topic != query.pubsub_topic:
                     continue

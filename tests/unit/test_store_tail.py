@@ -174,14 +174,9 @@ def test_tail_applies_the_store_rules_like_the_load_generator_says():
     assert stored >= len(gen.truth.stored)
 
 
-@pytest.mark.parametrize("chunk", (500, 4))
-def test_what_the_job_refused_is_swept_at_its_committed_offsets(tmp_path, monkeypatch, chunk):
+def test_what_the_job_refused_is_swept_at_its_committed_offsets(tmp_path):
     """Tail messages below the store job's committed offsets that the new snapshot does not
-    hold were refused by the job: they leave with that snapshot; those above stay (also when
-    the sweep takes the lock for a few arrivals at a time)."""
-    import ingest.store.tail as tail_mod
-
-    monkeypatch.setattr(tail_mod, "_TIDY_CHUNK", chunk)
+    hold were refused by the job: they leave with that snapshot; those above stay."""
     seed, rnd = seeded()
     rows = sorted(random_rows(rnd, 120)[:60], key=lambda r: (r["received_time"], r["digest"]))
     assert len(rows) == 60
@@ -316,71 +311,3 @@ def test_arrivals_racing_commits_leave_each_message_once(tmp_path):
     assert len(tail) == 0, f"seed {seed}: {len(tail)} messages both in the tail and in Delta"
     got = [m for p in history_pages(reader.query, StoreQuery(page_size=100)) for m in p.messages]
     assert [m.message_hash for m in got] == [m.message_hash for m in order], f"seed {seed}"
-
-
-def test_a_commit_is_gone_at_once_and_removed_a_chunk_at_a_time(monkeypatch):
-    """A snapshot swap marks what it made durable under the lock (set operations only); reads
-    and inserts treat those entries as gone at once, and tidy() removes them and trims the lists
-    a chunk at a time, releasing the lock in between (session 12: removing a 30,000-message
-    commit entry by entry held the lock ~60 ms, and every query waited)."""
-    import threading
-
-    import ingest.store.tail as tail_mod
-
-    seed, rnd = seeded()
-    rows = random_rows(rnd, 900)
-    tail = Tail()
-    add(tail, rows)
-    n = len(tail)
-    durable = {r["message_hash"] for r in rnd.sample(rows, n // 2)}
-    with tail.lock:
-        assert tail.drop_locked(durable | {b"\x00" * 32}) == len(durable)  # unknown hashes ignored
-        assert tail.drop_locked(durable) == 0  # already gone
-        assert len(tail) == n - len(durable)
-        for h in list(durable)[:20]:
-            assert tail.get_locked(h) is None
-        every = tail.nearest_locked(StoreQuery(page_size=10**6), 10**6)
-        assert {m.message_hash for m in every}.isdisjoint(durable) and len(every) == n - len(durable)
-        # A later copy of a durable message stays out (Delta answers it).
-        again = next(r for r in rows if r["message_hash"] in durable)
-        tail.add_locked([StoredMessage.from_mapping(dict(again, received_time=again["received_time"] - 1))])
-        assert tail.get_locked(again["message_hash"]) is None
-    assert {m.message_hash for m in tail.snapshot()}.isdisjoint(durable)
-    # tidy() in chunks: count how often it takes the lock.
-    monkeypatch.setattr(tail_mod, "_TIDY_CHUNK", 50)
-    holds = [0]
-    real = tail.lock
-
-    class Counting:
-        def __enter__(self):
-            holds[0] += 1
-            return real.__enter__()
-
-        def __exit__(self, *exc):
-            return real.__exit__(*exc)
-
-    tail.lock = Counting()
-    tail.tidy()
-    tail.lock = real
-    assert holds[0] >= len(durable) // 50
-    assert len(tail._entries) == n - len(durable) and not tail._durable
-    assert all(tail._live(k) for k in tail._all[:1])  # the front of the list is live again
-    assert sorted((m.received_time, m.digest) for m in tail.snapshot()) == sorted(
-        (r["received_time"], r["digest"]) for r in rows if r["message_hash"] not in durable)
-    assert isinstance(real, type(threading.Lock()))
-
-
-def test_a_full_tail_removes_what_is_durable_before_it_evicts():
-    """Over max_messages with a commit's removal still pending: the durable entries go first
-    (at once), then the oldest live ones are evicted and the lists' fronts trimmed."""
-    seed, rnd = seeded()
-    rows = sorted(random_rows(rnd, 200)[:100], key=lambda r: (r["received_time"], r["digest"]))
-    tail = Tail(max_messages=60)
-    add(tail, rows[:60])
-    with tail.lock:
-        tail.drop_locked({r["message_hash"] for r in rows[:30]})
-    add(tail, rows[60:100])  # 30 live + 40 new: 10 over
-    assert not tail._durable and len(tail._entries) == 60 and tail.evicted == 10
-    kept = sorted((m.received_time, m.digest) for m in tail.snapshot())
-    assert kept == [(r["received_time"], r["digest"]) for r in rows[40:100]]
-    assert tail._live(tail._all[0])  # trimmed to the first live key
