@@ -3,7 +3,7 @@ service's fresh tail answering over libp2p (issue 12).
 
     .venv/bin/python tests/benchmarks/store_ingest.py [--quick] [--rate R] [--producers P]
         [--seconds S] [--warmup W [--warmup-until-lag L]] [--max-offsets N] [--payload-bytes B] [--probe-rate Q]
-        [--no-service] [--keep DIR]
+        [--no-service] [--job-nice N] [--keep DIR]
 
 Every component is its own process, on loopback, from a temporary directory:
   - an embedded Kafka broker, topic waku.messages with 4 partitions;
@@ -20,6 +20,7 @@ Every component is its own process, on loopback, from a temporary directory:
     message (acks=all); one poller asks B over libp2p, every `--probe-poll-ms` (10) while any
     probe is unanswered, for all unanswered probes at once (a store v3 query by their message
     hashes, a new stream per query), so the prober's load on B stays bounded when B falls behind.
+  `--job-nice N` starts the store job at niceness N (the bridge keeps 0).
   `--no-service` leaves bridge B and the prober out: the store job's throughput with only the
   broker and the producers beside it on the cores (queryable figures are then null).
 
