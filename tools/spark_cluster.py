@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import socket
@@ -35,6 +36,8 @@ from core.config import REPO_ROOT
 from tools.processes import pid_alive
 
 DEFAULT_DIR = REPO_ROOT / "var" / "spark-cluster"
+LAUNCHES = 3  # launches of a daemon that exits at start before giving up
+log = logging.getLogger(__name__)
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
@@ -100,6 +103,14 @@ class StandaloneCluster:
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
+        self._procs: dict[str, subprocess.Popen] = {}  # the daemons this object launched
+
+    def _exited(self, name: str) -> bool:
+        """A daemon launched here is our child: polling reaps it (a zombie still has a pid)."""
+        proc = self._procs.get(name)
+        if proc is not None and proc.pid == self.pids.get(name):
+            return proc.poll() is not None
+        return not pid_alive(self.pids[name])
 
     # -- addresses --------------------------------------------------------------------------
 
@@ -117,7 +128,11 @@ class StandaloneCluster:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
+        # A daemon whose port is taken exits (start() launches it again) instead of binding the
+        # next port; no REST submission server (it would bind the fixed port 6066).
+        opts = "-Dspark.port.maxRetries=0 -Dspark.master.rest.enabled=false"
         env.update({"SPARK_LOCAL_IP": self.host, "SPARK_DAEMON_MEMORY": self.daemon_memory,
+                    "SPARK_DAEMON_JAVA_OPTS": f"{env.get('SPARK_DAEMON_JAVA_OPTS', '')} {opts}".strip(),
                     "PYSPARK_PYTHON": env.get("PYSPARK_PYTHON", sys.executable),
                     "SPARK_LOG_DIR": str(self.root / "logs")})
         return env
@@ -132,42 +147,73 @@ class StandaloneCluster:
                                 start_new_session=True)
         log.close()
         self.pids[name] = proc.pid
+        self._procs[name] = proc
 
     def start(self, timeout: float = 120.0) -> "StandaloneCluster":
-        """Start the master, then the workers; return once every worker is registered ALIVE."""
+        """Start the master, then the workers; return once every worker is registered ALIVE.
+
+        Ports are picked free, then bound by a JVM a moment later: another process can take one
+        in between. The daemons run with `spark.port.maxRetries=0`, so such a daemon exits
+        instead of moving silently to the next port (where the workers, or this object, would
+        never find it), and it is launched again on newly picked ports, up to `LAUNCHES` times."""
         self.root.mkdir(parents=True, exist_ok=True)
-        self.port = self.port or free_port(self.host)
-        self.webui_port = self.webui_port or free_port(self.host)
         deadline = time.monotonic() + timeout
+        fixed_port, fixed_ui = self.port, self.webui_port
         try:
-            self._launch("master", [MASTER_CLASS, "--host", self.host, "--port", str(self.port),
-                                    "--webui-port", str(self.webui_port)])
-            self._wait(lambda s: s.get("status") == "ALIVE", "the master", deadline)
-            self.worker_webui_ports = []
-            for i in range(self.workers):
+            for attempt in range(1, LAUNCHES + 1):
+                self.port = fixed_port or free_port(self.host)
+                self.webui_port = fixed_ui or free_port(self.host)
+                self._launch("master", [MASTER_CLASS, "--host", self.host, "--port", str(self.port),
+                                        "--webui-port", str(self.webui_port)])
+                if self._wait(lambda s: s.get("status") == "ALIVE", "the master", deadline,
+                              relaunch=attempt < LAUNCHES):
+                    break
+            self.worker_webui_ports = [0] * self.workers
+            launches = dict.fromkeys(range(self.workers), 0)
+
+            def launch_worker(i: int) -> None:
                 self.work_dir(i).mkdir(parents=True, exist_ok=True)
-                ui = free_port(self.host)
-                self.worker_webui_ports.append(ui)
+                self.worker_webui_ports[i] = free_port(self.host)
+                launches[i] += 1
                 self._launch(f"worker-{i}", [WORKER_CLASS, "--host", self.host, "--cores", str(self.worker_cores),
-                                             "--memory", self.worker_memory, "--webui-port", str(ui),
-                                             "--work-dir", str(self.work_dir(i)), self.url])
-            self._wait(lambda s: s.get("aliveworkers", 0) >= self.workers, f"{self.workers} workers", deadline)
+                                             "--memory", self.worker_memory, "--webui-port",
+                                             str(self.worker_webui_ports[i]), "--work-dir", str(self.work_dir(i)),
+                                             self.url])
+
+            for i in range(self.workers):
+                launch_worker(i)
+            while not self._wait(lambda s: s.get("aliveworkers", 0) >= self.workers, f"{self.workers} workers",
+                                 deadline, relaunch=True):
+                for name in [n for n in self.pids if n != "master" and self._exited(n)]:
+                    i = int(name.split("-")[1])
+                    if launches[i] >= LAUNCHES:
+                        raise RuntimeError(f"spark {name} exited {launches[i]} times; see {self.root / 'logs'}")
+                    log.warning("spark %s exited at start (a port taken?); launching it again", name)
+                    launch_worker(i)
         except BaseException:
             self.stop()
             raise
         self.save()
         return self
 
-    def _wait(self, ok, what: str, deadline: float) -> None:
+    def _wait(self, ok, what: str, deadline: float, relaunch: bool = False) -> bool:
+        """Poll the master's JSON until `ok(state)`: True. A daemon that exited raises, or with
+        `relaunch` returns False (the master: after stopping what is left of it)."""
         last: object = None
         while time.monotonic() < deadline:
-            dead = [n for n, pid in self.pids.items() if not pid_alive(pid)]
+            dead = [n for n in self.pids if self._exited(n)]
             if dead:
-                raise RuntimeError(f"spark {', '.join(dead)} exited; see {self.root / 'logs'}")
+                if not relaunch:
+                    raise RuntimeError(f"spark {', '.join(dead)} exited; see {self.root / 'logs'}")
+                if "master" in dead:
+                    _stop_group(self.pids.pop("master"), 5.0)
+                    log.warning("spark master exited at start (port %d or %d taken?); launching it again",
+                                self.port, self.webui_port)
+                return False
             try:
                 state = self.state(timeout=2.0)
                 if ok(state):
-                    return
+                    return True
                 last = {k: state.get(k) for k in ("status", "aliveworkers")}
             except OSError as exc:
                 last = exc

@@ -1,0 +1,44 @@
+"""tools/spark_cluster.py: the standalone cluster starts when a port it picked is taken before
+its JVM binds it (the master then used to move to the next port, and the workers, told the
+picked one, never registered: "waiting for 2 workers ... aliveworkers 0")."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+import tools.spark_cluster as spark_cluster
+from tools.spark_cluster import StandaloneCluster
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_daemon_whose_port_is_taken_is_launched_again_on_another(tmp_path, monkeypatch, caplog):
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    picked: list[int] = []
+    pick = spark_cluster.free_port
+
+    def racing_pick(host: str = "127.0.0.1") -> int:
+        # Picks: the master's port and web UI port (1st launch: the port is taken), again (2nd
+        # launch), then the worker's web UI port (taken).
+        port = taken if len(picked) in (0, 4) else pick(host)
+        picked.append(port)
+        return port
+
+    monkeypatch.setattr(spark_cluster, "free_port", racing_pick)
+    cluster = StandaloneCluster(tmp_path / "spark", workers=1, worker_cores=1, worker_memory="512m")
+    try:
+        cluster.start(timeout=180)
+        state = cluster.state()
+        assert state["aliveworkers"] == 1
+        assert state["url"] == cluster.url and cluster.port != taken
+        assert cluster.worker_webui_ports[0] != taken
+        assert cluster.worker_state(0)["masterurl"] == cluster.url
+    finally:
+        cluster.stop()
+        held.close()
+    relaunched = [r.getMessage() for r in caplog.records if "launching it again" in r.getMessage()]
+    assert len(relaunched) == 2 and "master" in relaunched[0] and "worker-0" in relaunched[1], relaunched
