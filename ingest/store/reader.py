@@ -152,8 +152,8 @@ def _may_be_in_window(st: _Stats, start: int | None, end: int | None) -> bool:
             return True  # no statistics: anything
     elif st.min_ts <= hi and st.max_ts >= lo:
         return True
-    untimed = st.ts_nulls is None or st.ts_nulls > 0 or (
-        st.min_ts is not None and st.max_ts is not None and st.min_ts <= 0 <= st.max_ts)
+    # Here either every row is null (ts_nulls == rows > 0) or min and max are known.
+    untimed = st.ts_nulls is None or st.ts_nulls > 0 or st.min_ts <= 0 <= st.max_ts
     # int(received_time * 1e9) of a row may round a little either way: 1 µs of slack.
     return untimed and st.min_rt * 1e9 - 1e3 <= hi and st.max_rt * 1e9 + 1e3 >= lo
 
@@ -193,9 +193,12 @@ def _footer_stats(md: pq.FileMetaData) -> list[tuple[int, _Stats]]:
         rg = md.row_group(g)
         st = _Stats(rows=rg.num_rows)
 
-        def minmax(col: str) -> tuple[Any, Any]:
+        def stats(col: str) -> Any:
             i = names.get(col)
-            s = rg.column(i).statistics if i is not None else None
+            return rg.column(i).statistics if i is not None else None
+
+        def minmax(col: str) -> tuple[Any, Any]:
+            s = stats(col)
             if s is None or not s.has_min_max:
                 return (None, None)
             return (_stat(s.min), _stat(s.max))
@@ -206,9 +209,8 @@ def _footer_stats(md: pq.FileMetaData) -> list[tuple[int, _Stats]]:
         st.pubsub = minmax("pubsub_topic")
         st.content = minmax("content_topic")
         st.min_ts, st.max_ts = minmax("timestamp")
-        i = names.get("timestamp")
-        s = rg.column(i).statistics if i is not None else None
-        st.ts_nulls = s.null_count if s is not None and s.has_null_count else None
+        ts = stats("timestamp")
+        st.ts_nulls = ts.null_count if ts is not None and ts.has_null_count else None
         out.append((g, st))
     return out
 

@@ -246,9 +246,15 @@ def go_client(go_bin: str, addr: str, seed: int, seconds: float) -> subprocess.P
 
 
 def client_ready(p: subprocess.Popen, kind: str) -> bool:
+    """Whether the client process connected and warmed up (a py client prints READY, a
+    go-waku client {"event": "ready"}; either's failure is printed)."""
+    if kind != "go":
+        line = p.stdout.readline()
+        if line.strip() != "READY":
+            print(f"a client process did not start: {line!r}", file=sys.stderr)
+            return False
+        return True
     for line in p.stdout:
-        if kind != "go":
-            return line.strip() == "READY"
         event = json.loads(line)
         if event.get("event") == "ready":
             return True
@@ -260,11 +266,12 @@ def client_ready(p: subprocess.Popen, kind: str) -> bool:
 
 def client_result(p: subprocess.Popen, kind: str) -> dict:
     """{latencies (s), elapsed, cpu_s, pages, messages, errors} of one client process."""
+    if kind != "go":
+        line = p.stdout.readline()
+        if not line.startswith("RESULT "):
+            raise SystemExit(f"a client process failed: {line!r}")
+        return {"errors": 0, **json.loads(line[len("RESULT "):])}
     for line in p.stdout:
-        if kind != "go":
-            if not line.startswith("RESULT "):
-                break
-            return {"errors": 0, **json.loads(line[len("RESULT "):])}
         event = json.loads(line)
         if event.get("event") == "summary":
             if not event.get("ok"):
@@ -272,7 +279,7 @@ def client_result(p: subprocess.Popen, kind: str) -> dict:
             return {"latencies": [x / 1000 for x in event["latencies_ms"]], "elapsed": event["elapsed_s"],
                     "cpu_s": event["cpu_s"], "pages": event["pages"], "messages": event["messages"],
                     "errors": event["errors"], "last_error": event.get("last_error")}
-    raise SystemExit("a client process failed")
+    raise SystemExit("a go-waku client exited without a summary")
 
 
 def pct(values: list[float], p: float) -> float:

@@ -384,11 +384,15 @@ def test_time_windows_skip_units_and_match_the_plain_form(tmp_path):
         kind = rnd.random()
         row["timestamp"] = None if kind < 0.1 else 0 if kind < 0.15 else int((t + rnd.uniform(-40, 40)) * 1e9)
         rows.append(row)
+
+    def write_in_three_files(path: str) -> None:
+        # Files of consecutive time ranges, 20 rows a row group: 30 groups.
+        for k in range(3):
+            write_messages(path, pa.Table.from_pylist(rows[k * 200:(k + 1) * 200], schema=MESSAGES_ARROW_SCHEMA),
+                           max_row_group_size=20)
+
     path = str(tmp_path / "t")
-    # Files of consecutive time ranges, 20 rows a row group: 30 groups.
-    for k in range(3):
-        write_messages(path, pa.Table.from_pylist(rows[k * 200:(k + 1) * 200], schema=MESSAGES_ARROW_SCHEMA),
-                       max_row_group_size=20)
+    write_in_three_files(path)
     reader = reader_for(path)
     stored = [StoredMessage.from_mapping(r) for r in rows]
     for _ in range(40):
@@ -407,9 +411,7 @@ def test_time_windows_skip_units_and_match_the_plain_form(tmp_path):
     path = str(tmp_path / "nulls")
     rows = [{**r, "timestamp": r["timestamp"] or None} for r in rows]
     stored = [StoredMessage.from_mapping(r) for r in rows]
-    for k in range(3):
-        write_messages(path, pa.Table.from_pylist(rows[k * 200:(k + 1) * 200], schema=MESSAGES_ARROW_SCHEMA),
-                       max_row_group_size=20)
+    write_in_three_files(path)
     fresh = reader_for(path)
     window = StoreQuery(page_size=100, time_start=int((BASE_T + 3000) * 1e9), time_end=int((BASE_T + 3100) * 1e9))
     page = fresh.query(window)
