@@ -251,7 +251,12 @@ class _HashIndex:
     binary search in each, whatever the number of files (a table of 100,000 micro-batch files
     is a lookup in ~20 segments, not 100,000 searches). Files that leave the table (compaction,
     vacuum) are filtered out of the segments. A prefix hit is confirmed on its row by the caller.
-    Writers hold `_lock`; readers take the segment list as it is (replaced, never changed)."""
+    Indexing takes `_index_lock` (one file at a time, so a file is read and indexed once even
+    when the follow thread and query threads index a snapshot together); the segment swap takes
+    `_lock`; readers take the segment list as it is (replaced, never changed). A file stays in
+    the segments from its indexing until it leaves the table: a lookup never misses a row of an
+    indexed file (re-indexing a file once removed it and added it back, and a lookup in between
+    missed its rows: a v3 cursor answered "not a stored message")."""
 
     def __init__(self) -> None:
         self._numbers: dict[str, int] = {}  # path -> file number
@@ -259,19 +264,31 @@ class _HashIndex:
         self._segments: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (prefixes, file numbers, locations)
         self._next = 0
         self._lock = threading.Lock()
+        self._index_lock = threading.Lock()
 
     def __contains__(self, path: str) -> bool:
         return path in self._numbers
 
     def add(self, path: str) -> bool:
         """Index `path` unless it is already; True when it was indexed now."""
-        if path in self._numbers:
-            return False
-        self.add_with_hashes(path)
-        return True
+        with self._index_lock:
+            if path in self._numbers:
+                return False
+            keys, locs, _ = self._read(path)
+            self._insert(path, keys, locs)
+            return True
 
     def add_with_hashes(self, path: str) -> list[bytes]:
-        """Index `path` (again, if it was) and return its message hashes."""
+        """Index `path` unless it is already, and return its message hashes."""
+        with self._index_lock:
+            keys, locs, every = self._read(path)
+            if path not in self._numbers:
+                self._insert(path, keys, locs)
+            return every
+
+    @staticmethod
+    def _read(path: str) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+        """(prefixes, locations, hashes) of a data file's rows (its message_hash column)."""
         pf = pq.ParquetFile(path)
         every: list[bytes] = []
         parts_k, parts_l = [], []
@@ -285,20 +302,21 @@ class _HashIndex:
                 parts_l.append((np.uint64(g) << np.uint64(32)) | np.arange(len(prefixes), dtype=np.uint64))
         keys = np.concatenate(parts_k) if parts_k else np.zeros(0, dtype=np.uint64)
         locs = np.concatenate(parts_l) if parts_l else np.zeros(0, dtype=np.uint64)
+        return keys, locs, every
+
+    def _insert(self, path: str, keys: np.ndarray, locs: np.ndarray) -> None:
         order = np.argsort(keys, kind="stable")
         with self._lock:
-            if path in self._numbers:
-                self._remove_locked({self._numbers[path]})
             number = self._next
             self._next += 1
-            self._numbers[path], self._paths[number] = number, path
             segments = [*self._segments, (keys[order], np.full(len(keys), number, dtype=np.uint32), locs[order])]
             while len(segments) >= 2 and len(segments[-2][0]) <= 2 * len(segments[-1][0]):
                 a, b = segments[-2], segments[-1]
                 merged = np.argsort(np.concatenate((a[0], b[0])), kind="stable")
                 segments[-2:] = [tuple(np.concatenate((x, y))[merged] for x, y in zip(a, b))]
+            # The path's number is known to readers before its segment is, never after.
+            self._numbers[path], self._paths[number] = number, path
             self._segments = segments
-        return every
 
     def candidates_many(self, prefixes: np.ndarray) -> list[tuple[int, str, int, int]]:
         """(i, path, row group, row) for every indexed row whose prefix equals prefixes[i]."""
@@ -323,7 +341,7 @@ class _HashIndex:
 
     def retain(self, live: set[str] | frozenset[str]) -> None:
         """Forget the files not in `live`."""
-        with self._lock:
+        with self._index_lock, self._lock:
             gone = {n for path, n in self._numbers.items() if path not in live}
             if gone:
                 self._remove_locked(gone)

@@ -66,3 +66,62 @@ def test_hash_index_finds_every_row_across_files_and_forgets_removed_files(tmp_p
     for h in where:
         assert sorted(index.candidates(h)) == at_prefix(h)
     assert index.nbytes == 20 * sum(1 for places in where.values() for p in places if p[0] in live)  # 20 bytes a row
+
+
+def test_a_lookup_finds_every_row_of_an_indexed_file_while_others_index_the_same_files(tmp_path):
+    """The follow thread and query threads index a snapshot together (the v3 cursor lookups of
+    a server that just started): a file two of them index is indexed once, and from the moment
+    a file is indexed every lookup of its rows finds them (a re-index once removed a file and
+    added it back, and a lookup in between answered "not a stored message")."""
+    import sys
+    import threading
+
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    files: dict[str, list[bytes]] = {}
+    for n in range(40):
+        path = str(tmp_path / f"part-{n}.parquet")
+        files[path] = [rng.randbytes(32) for _ in range(rng.randrange(200, 2000))]
+        write_file(path, files[path], 500)
+    index = _HashIndex()
+    misses: list[str] = []
+    done = threading.Event()
+
+    failed: list[BaseException] = []
+
+    def indexer(with_hashes: bool) -> None:
+        try:
+            for path in files:
+                if with_hashes:
+                    assert sorted(index.add_with_hashes(path)) == sorted(files[path])
+                else:
+                    index.add(path)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failed.append(exc)
+
+    def looker() -> None:
+        while not done.is_set():
+            for path in [p for p in files if p in index]:
+                h = rng.choice(files[path])
+                if (path, ) not in {c[:1] for c in index.candidates(h)}:
+                    misses.append(path)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # interleave the threads as much as possible
+    try:
+        lookers = [threading.Thread(target=looker) for _ in range(2)]
+        indexers = [threading.Thread(target=indexer, args=(k == 1,)) for k in range(3)]
+        for t in lookers + indexers:
+            t.start()
+        for t in indexers:
+            t.join()
+        done.set()
+        for t in lookers:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert not failed, failed
+    assert not misses, f"rows of indexed files not found: {len(misses)} lookups (seed {seed})"
+    assert index.nbytes == 20 * sum(len(v) for v in files.values())  # each file indexed once
+    assert len(index._numbers) == len(files)
