@@ -68,12 +68,11 @@ def ensure_store_tables(spark: SparkSession, warehouse: WarehouseSettings, updat
     ensure_table(spark, warehouse.table_path("messages"), MESSAGES_SCHEMA, list(MESSAGES_PARTITION_BY),
                  MESSAGES_PROPERTIES)
     ensure_table(spark, warehouse.table_path("quarantine"), QUARANTINE_SCHEMA, properties=QUARANTINE_PROPERTIES)
-    if update_properties:
-        ensure_properties(spark, warehouse.table_path("messages"), MESSAGES_PROPERTIES)
-        ensure_properties(spark, warehouse.table_path("quarantine"), QUARANTINE_PROPERTIES)
     ensure_job_metrics_table(spark, warehouse.table_path("job_metrics"))
     ensure_untimed_index(spark, warehouse)
     if update_properties:
+        ensure_properties(spark, warehouse.table_path("messages"), MESSAGES_PROPERTIES)
+        ensure_properties(spark, warehouse.table_path("quarantine"), QUARANTINE_PROPERTIES)
         ensure_properties(spark, warehouse.table_path(UNTIMED_INDEX), UNTIMED_PROPERTIES)
 
 
