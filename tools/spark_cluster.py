@@ -166,7 +166,7 @@ class StandaloneCluster:
                 self._launch("master", [MASTER_CLASS, "--host", self.host, "--port", str(self.port),
                                         "--webui-port", str(self.webui_port)])
                 if self._wait(lambda s: s.get("status") == "ALIVE", "the master", deadline,
-                              relaunch=attempt < LAUNCHES):
+                              relaunch=("master",) if attempt < LAUNCHES else ()):
                     break
             self.worker_webui_ports = [0] * self.workers
             launches = dict.fromkeys(range(self.workers), 0)
@@ -183,7 +183,7 @@ class StandaloneCluster:
             for i in range(self.workers):
                 launch_worker(i)
             while not self._wait(lambda s: s.get("aliveworkers", 0) >= self.workers, f"{self.workers} workers",
-                                 deadline, relaunch=True):
+                                 deadline, relaunch=("worker-",)):
                 for name in [n for n in self.pids if n != "master" and self._exited(n)]:
                     i = int(name.split("-")[1])
                     if launches[i] >= LAUNCHES:
@@ -196,15 +196,18 @@ class StandaloneCluster:
         self.save()
         return self
 
-    def _wait(self, ok, what: str, deadline: float, relaunch: bool = False) -> bool:
-        """Poll the master's JSON until `ok(state)`: True. A daemon that exited raises, or with
-        `relaunch` returns False (the master: after stopping what is left of it)."""
+    def _wait(self, ok, what: str, deadline: float, relaunch: tuple[str, ...] = ()) -> bool:
+        """Poll the master's JSON until `ok(state)`: True. A daemon that exited raises, unless
+        its name starts with one of `relaunch`: then False (a master is stopped first, for the
+        caller to launch again)."""
         last: object = None
         while time.monotonic() < deadline:
             dead = [n for n in self.pids if self._exited(n)]
             if dead:
-                if not relaunch:
-                    raise RuntimeError(f"spark {', '.join(dead)} exited; see {self.root / 'logs'}")
+                fatal = [n for n in dead if not n.startswith(relaunch)] if relaunch else dead
+                if fatal:
+                    ports = f" (its ports {self.port}, {self.webui_port} taken?)" if "master" in fatal else ""
+                    raise RuntimeError(f"spark {', '.join(fatal)} exited{ports}; see {self.root / 'logs'}")
                 if "master" in dead:
                     _stop_group(self.pids.pop("master"), 5.0)
                     log.warning("spark master exited at start (port %d or %d taken?); launching it again",
