@@ -204,7 +204,7 @@ class StandaloneCluster:
         while time.monotonic() < deadline:
             dead = [n for n in self.pids if self._exited(n)]
             if dead:
-                fatal = [n for n in dead if not n.startswith(relaunch)] if relaunch else dead
+                fatal = [n for n in dead if not n.startswith(relaunch)]  # () matches no name
                 if fatal:
                     ports = f" (its ports {self.port}, {self.webui_port} taken?)" if "master" in fatal else ""
                     raise RuntimeError(f"spark {', '.join(fatal)} exited{ports}; see {self.root / 'logs'}")

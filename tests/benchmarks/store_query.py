@@ -333,16 +333,10 @@ def main() -> int:
     rows = args.rows or (200_000 if args.quick else 10_000_000)
     seconds = args.seconds or (15.0 if args.quick else 60.0)
 
-    tmp = None
+    tmp = None if args.table else tempfile.mkdtemp(prefix="waku-store-bench-")
+    path = args.table or os.path.join(tmp, "messages")
     write_s = None
-    if args.table and os.path.exists(os.path.join(args.table, "_delta_log")):
-        path = args.table
-    else:
-        if args.table:
-            path = args.table
-        else:
-            tmp = tempfile.mkdtemp(prefix="waku-store-bench-")
-            path = os.path.join(tmp, "messages")
+    if not os.path.exists(os.path.join(path, "_delta_log")):
         print(f"writing {rows:,} messages to {path}", file=sys.stderr, flush=True)
         write_s = write_table(path, rows, args.row_group)
     from deltalake import DeltaTable

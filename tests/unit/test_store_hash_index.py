@@ -87,7 +87,6 @@ def test_a_lookup_finds_every_row_of_an_indexed_file_while_others_index_the_same
     index = _HashIndex()
     misses: list[str] = []
     done = threading.Event()
-
     failed: list[BaseException] = []
 
     def indexer(with_hashes: bool) -> None:
@@ -104,7 +103,7 @@ def test_a_lookup_finds_every_row_of_an_indexed_file_while_others_index_the_same
         while not done.is_set():
             for path in [p for p in files if p in index]:
                 h = rng.choice(files[path])
-                if (path, ) not in {c[:1] for c in index.candidates(h)}:
+                if path not in {c[0] for c in index.candidates(h)}:
                     misses.append(path)
 
     switch = sys.getswitchinterval()
