@@ -2,7 +2,7 @@
 messages table of N rows, with 16 concurrent clients.
 
     .venv/bin/python tests/benchmarks/store_query.py [--quick] [--rows N] [--clients 16] [--seconds S]
-        [--servers K] [--client-procs P] [--client py|go]
+        [--servers K] [--client-procs P] [--client py|go] [--rate R[,R2,...]]
 
 1. Writes N messages straight into a Delta table in a temp dir with `deltalake` (no Spark):
    received_time over two days (two or three received_date partitions), 8 pubsub topics
@@ -26,7 +26,15 @@ messages table of N rows, with 16 concurrent clients.
    oldest message, up to 10 pages along the cursor, a new stream per page (go-waku's own
    requests, no client-side rate limit).
 
-Prints per-page latency percentiles, pages/s and messages/s; the last line is JSON.
+4. Closed loop by default: each client sends its next page when the previous one is answered,
+   so the clients saturate the servers and latency is what a page waits at that throughput.
+   `--rate R`: open loop, R pages/s offered by all clients together (each R/C a second, at
+   Poisson arrivals of its own seeded source); a page is timed from when it was due, so a client
+   still waiting on an answer is charged for the wait (`late_pages`, `max_lag_ms`). A list
+   `--rate 50,100,200` runs each rate in turn against the same servers (start-up once).
+
+Prints per-page latency percentiles, pages/s and messages/s; the last line is JSON (with a list
+of rates, one entry a rate in `runs`). Server figures are deltas over each run.
 """
 from __future__ import annotations
 
@@ -149,23 +157,23 @@ def serve(path: str, cache_mb: int, threads: int, preload_mb: int) -> None:
             ru = resource.getrusage(resource.RUSAGE_SELF)
             cpu0 = ru.ru_utime + ru.ru_stime
             print(f"LISTEN {host.get_addrs()[0]}", flush=True)
-            # Until stdin closes (the benchmark ends), then report the server's view.
-            await trio.to_thread.run_sync(sys.stdin.read)
-            v = server.metrics.value
-            ru = resource.getrusage(resource.RUSAGE_SELF)
-            print("STATS " + json.dumps({
-                "preloaded_row_groups": preloaded,
-                "preload_s": round(preload_s, 1),
-                "hash_index_s": round(index_s, 1),
-                "cpu_s": round(ru.ru_utime + ru.ru_stime - cpu0, 2),
-                "queries": v("waku_store_queries_total"),
-                "server_latency_sum_s": v("waku_store_query_seconds_sum"),
-                "row_groups_read": reader.row_groups_read,
-                "cache_mb": round(reader._cache.bytes / 2**20),
-                "rejected": sum(v("waku_store_rejected_total", reason=r) for r in
-                                ("too_many_content_topics", "bad_page_size", "bad_cursor_time", "bad_cursor_digest",
-                                 "no_query", "error")),
-            }), flush=True)
+            # The server's view since it listens, at each line on stdin; until stdin closes.
+            while await trio.to_thread.run_sync(sys.stdin.readline):
+                v = server.metrics.value
+                ru = resource.getrusage(resource.RUSAGE_SELF)
+                print("STATS " + json.dumps({
+                    "preloaded_row_groups": preloaded,
+                    "preload_s": round(preload_s, 1),
+                    "hash_index_s": round(index_s, 1),
+                    "cpu_s": round(ru.ru_utime + ru.ru_stime - cpu0, 2),
+                    "queries": v("waku_store_queries_total"),
+                    "server_latency_sum_s": v("waku_store_query_seconds_sum"),
+                    "row_groups_read": reader.row_groups_read,
+                    "cache_mb": round(reader._cache.bytes / 2**20),
+                    "rejected": sum(v("waku_store_rejected_total", reason=r) for r in
+                                    ("too_many_content_topics", "bad_page_size", "bad_cursor_time", "bad_cursor_digest",
+                                     "no_query", "error")),
+                }), flush=True)
 
     trio.run(main)
 
@@ -184,14 +192,16 @@ def random_query(rnd: random.Random):
     return StoreQuery(pubsub, contents, cursor, forward, size)
 
 
-def run_clients(targets: list[tuple[str, int]], seconds: float, reuse: bool = False) -> None:
+def run_clients(targets: list[tuple[str, int]], seconds: float, reuse: bool = False, rate: float = 0.0) -> None:
     """A client process (`--client-role`): one StoreClient per (server address, seed); each
     connects and warms its connection, then the process prints READY and waits for GO on stdin
-    (all client processes start together), pages for `seconds` and prints its RESULT."""
+    (all client processes start together), pages for `seconds` and prints its RESULT. `rate` >
+    0: each client's pages are due at Poisson arrivals of `rate` a second (open loop), timed
+    from when they are due (as the go-waku client's --rate)."""
     import trio
 
     latencies: list[float] = []
-    counts = {"pages": 0, "messages": 0}
+    counts = {"pages": 0, "messages": 0, "late": 0, "max_lag_s": 0.0}
     ready = 0
     go = trio.Event()
 
@@ -205,16 +215,35 @@ def run_clients(targets: list[tuple[str, int]], seconds: float, reuse: bool = Fa
             await client.query(peer, random_query(rnd))  # warm the connection
             ready += 1
             await go.wait()
-            deadline = trio.current_time() + seconds
-            while trio.current_time() < deadline:
+            arrivals = random.Random(seed + 1_000_003)
+            due = time.perf_counter()
+            end = due + seconds
+
+            async def next_due() -> float:
+                """When the next page is due (open loop; waits for it), or now (closed loop)."""
+                nonlocal due
+                if rate <= 0:
+                    return time.perf_counter()
+                due += arrivals.expovariate(rate)
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    await trio.sleep(wait)
+                elif -wait > 0.001:
+                    counts["late"] += 1
+                    counts["max_lag_s"] = max(counts["max_lag_s"], -wait)
+                return due
+
+            while time.perf_counter() < end:
                 query = random_query(rnd)
                 for _ in range(10):
-                    t0 = time.perf_counter()
+                    t0 = await next_due()
+                    if t0 >= end:
+                        break
                     page = await client.query(peer, query)
                     latencies.append(time.perf_counter() - t0)
                     counts["pages"] += 1
                     counts["messages"] += len(page.messages)
-                    if page.cursor is None or trio.current_time() >= deadline:
+                    if page.cursor is None or time.perf_counter() >= end:
                         break
                     query = query.with_cursor(page.cursor)
 
@@ -239,11 +268,12 @@ def run_clients(targets: list[tuple[str, int]], seconds: float, reuse: bool = Fa
     print("RESULT " + json.dumps({"latencies": latencies, "elapsed": elapsed, "cpu_s": cpu_s, **counts}), flush=True)
 
 
-def go_client(go_bin: str, addr: str, seed: int, seconds: float) -> subprocess.Popen:
+def go_client(go_bin: str, addr: str, seed: int, seconds: float, rate: float) -> subprocess.Popen:
     """A go-waku client process (tests/interop/go, `store-bench`): store v3 as apps page it,
-    time windows over the table's span, one new stream per page (go-waku's own requests)."""
+    time windows over the table's span, one new stream per page (go-waku's own requests);
+    `rate` > 0: its pages due at Poisson arrivals of `rate` a second."""
     cmd = [go_bin, "store-bench", "--peer", addr, "--cluster-id", "0", "--seconds", str(seconds),
-           "--seed", str(seed), "--pubsub-topics", ",".join(PUBSUB), "--timeout", "60",
+           "--seed", str(seed), "--rate", str(rate), "--pubsub-topics", ",".join(PUBSUB), "--timeout", "60",
            "--start-ns", str(int(BASE_T * 1e9)), "--end-ns", str(int((BASE_T + SPAN_S) * 1e9))]
     for c in CONTENT:  # in popularity order: go-waku's client weighs the i-th 1/(i+1), as here
         cmd += ["--content-topic", c]
@@ -271,7 +301,8 @@ def client_ready(p: subprocess.Popen, kind: str) -> bool:
 
 
 def client_result(p: subprocess.Popen, kind: str) -> dict:
-    """{latencies (s), elapsed, cpu_s, pages, messages, errors} of one client process."""
+    """{latencies (s), elapsed, cpu_s, pages, messages, errors, late, max_lag_s} of one client
+    process."""
     if kind != "go":
         line = p.stdout.readline()
         if not line.startswith("RESULT "):
@@ -284,8 +315,65 @@ def client_result(p: subprocess.Popen, kind: str) -> dict:
                 raise SystemExit(f"a go-waku client failed: {event.get('error')}")
             return {"latencies": [x / 1000 for x in event["latencies_ms"]], "elapsed": event["elapsed_s"],
                     "cpu_s": event["cpu_s"], "pages": event["pages"], "messages": event["messages"],
-                    "errors": event["errors"], "last_error": event.get("last_error")}
+                    "errors": event["errors"], "last_error": event.get("last_error"),
+                    "late": event.get("late", 0), "max_lag_s": event.get("max_lag_ms", 0) / 1000}
     raise SystemExit("a go-waku client exited without a summary")
+
+
+def server_stats(servers: list[subprocess.Popen]) -> list[dict]:
+    """Each server's cumulative view (STATS) since it listens."""
+    for server in servers:
+        server.stdin.write("STATS\n")
+        server.stdin.flush()
+    stats = []
+    for server in servers:
+        line = server.stdout.readline()
+        if not line.startswith("STATS "):
+            raise SystemExit(f"a store server did not report: {line!r}")
+        stats.append(json.loads(line[len("STATS "):]))
+    return stats
+
+
+SERVER_COUNTS = ("cpu_s", "queries", "server_latency_sum_s", "row_groups_read", "rejected")
+
+
+def summarize_run(rate: float, results: list[dict], before: list[dict], after: list[dict]) -> dict:
+    """One run's figures: the clients' pages and latencies (every page sent; open loop: from
+    when it was due), and the servers' counts during the run."""
+    ms = [x * 1000 for r in results for x in r["latencies"]]
+    counts = {k: sum(r[k] for r in results) for k in ("pages", "messages", "errors")}
+    elapsed = max(r["elapsed"] for r in results)
+    client_cpu = sum(r["cpu_s"] for r in results)
+    per_server = [{k: round(a.get(k, 0) - b.get(k, 0), 3) for k in SERVER_COUNTS} | {"cache_mb": a.get("cache_mb")}
+                  for b, a in zip(before, after)]
+    server = {k: round(sum(s[k] for s in per_server), 3) for k in SERVER_COUNTS}
+    run = {
+        "rate_offered": rate or None,
+        "seconds": round(elapsed, 1),
+        "pages": counts["pages"],
+        "messages": counts["messages"],
+        "errors": counts["errors"],
+        "client_errors_seen": sorted({r["last_error"] for r in results if r.get("last_error")})[:3],
+        "pages_per_s": round(counts["pages"] / elapsed, 1),
+        "messages_per_s": round(counts["messages"] / elapsed, 1),
+        "latency_p50_ms": round(pct(ms, 50), 2),
+        "latency_p90_ms": round(pct(ms, 90), 2),
+        "latency_p99_ms": round(pct(ms, 99), 2),
+        "latency_max_ms": round(max(ms), 2) if ms else None,
+        # CPU per page (less sensitive than wall-clock figures to other load on the machine).
+        "server_cpu_ms_per_page": round(1000 * server["cpu_s"] / max(1, counts["pages"]), 2),
+        "client_cpu_ms_per_page": round(1000 * client_cpu / max(1, counts["pages"]), 2),
+        "server_mean_ms": round(1000 * server["server_latency_sum_s"] / max(1, server["queries"]), 2),
+        "server": server,
+        "per_server": per_server,
+        "load_avg_1m": round(os.getloadavg()[0], 1),
+    }
+    if rate:
+        # Pages sent over 1 ms after they were due (the client still waited on the previous
+        # answer); their wait is in their latency.
+        run["late_pages"] = sum(r.get("late", 0) for r in results)
+        run["max_lag_ms"] = round(1000 * max(r.get("max_lag_s", 0) for r in results), 1)
+    return run
 
 
 def pct(values: list[float], p: float) -> float:
@@ -319,6 +407,10 @@ def main() -> int:
                     help="py: py-libp2p clients, store 2.0.0-beta2, a cursor at a random time (default); "
                          "go: go-waku clients (tests/interop/go, built on first use), store v3 with time "
                          "windows, one process a client")
+    ap.add_argument("--rate", default="0",
+                    help="pages/s offered by all clients together, open loop (Poisson arrivals, latency from "
+                         "when a page is due); a comma-separated list runs each in turn against the same "
+                         "servers; 0: closed loop, each client sends its next page when answered (default)")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--client-role", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -327,9 +419,15 @@ def main() -> int:
         return 0
     if args.client_role:
         spec = json.loads(args.client_role)
-        run_clients([tuple(t) for t in spec["targets"]], spec["seconds"], spec["reuse"])
+        run_clients([tuple(t) for t in spec["targets"]], spec["seconds"], spec["reuse"], spec.get("rate", 0.0))
         return 0
     args.client_procs = args.client_procs or args.clients
+    try:
+        rates = [float(x) for x in args.rate.split(",")]
+    except ValueError:
+        ap.error(f"--rate: expected pages/s or a comma-separated list of them, got {args.rate!r}")
+    if any(r < 0 or not math.isfinite(r) for r in rates):
+        ap.error(f"--rate: pages/s must be 0 or more, got {args.rate!r}")
     rows = args.rows or (200_000 if args.quick else 10_000_000)
     seconds = args.seconds or (15.0 if args.quick else 60.0)
 
@@ -357,7 +455,8 @@ def main() -> int:
                                  "--threads", str(args.threads), "--preload-mb", str(args.preload_mb)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
                for _ in range(args.servers)]
-    procs = []
+    procs: list[subprocess.Popen] = []
+    runs = []
     try:
         addrs = []
         for server in servers:
@@ -369,37 +468,35 @@ def main() -> int:
         targets: list[list] = [[] for _ in range(min(args.client_procs, args.clients))]
         for i in range(args.clients):
             targets[i % len(targets)].append((addrs[i % len(addrs)], 1000 + i))
-        print(f"{len(servers)} store server(s); {args.clients} clients in {len(targets)} processes "
-              f"for {seconds:.0f} s", file=sys.stderr, flush=True)
-        if args.client == "go":
-            procs = [go_client(go_bin, addr, seed, seconds) for t in targets for addr, seed in t]
-        else:
-            procs = [subprocess.Popen([sys.executable, __file__, "--client-role", json.dumps(
-                         {"targets": t, "seconds": seconds, "reuse": args.reuse_streams})],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
-                     for t in targets]
-        for p in procs:  # every client connected and warmed, then all start at once
-            if not client_ready(p, args.client):
-                raise SystemExit("a client process did not start")
-        for p in procs:
-            p.stdin.write("GO\n")
-            p.stdin.flush()
-        results = [client_result(p, args.client) for p in procs]
-        for p in procs:
-            p.wait(timeout=30)
-        latencies = [x for r in results for x in r["latencies"]]
-        counts = {k: sum(r[k] for r in results) for k in ("pages", "messages", "errors")}
-        last_errors = sorted({r["last_error"] for r in results if r.get("last_error")})
-        elapsed = max(r["elapsed"] for r in results)
-        client_cpu = sum(r["cpu_s"] for r in results)
-        per_server = []
+        for rate in rates:
+            print(f"{len(servers)} store server(s); {args.clients} clients in {len(targets)} processes "
+                  f"for {seconds:.0f} s, " + (f"{rate:g} pages/s offered" if rate else "closed loop"),
+                  file=sys.stderr, flush=True)
+            per_client = rate / args.clients
+            if args.client == "go":
+                procs = [go_client(go_bin, addr, seed, seconds, per_client) for t in targets for addr, seed in t]
+            else:
+                procs = [subprocess.Popen([sys.executable, __file__, "--client-role", json.dumps(
+                             {"targets": t, "seconds": seconds, "reuse": args.reuse_streams, "rate": per_client})],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+                         for t in targets]
+            for p in procs:  # every client connected and warmed, then all start at once
+                if not client_ready(p, args.client):
+                    raise SystemExit("a client process did not start")
+            before = server_stats(servers)  # after the clients' connections and warm-up queries
+            for p in procs:
+                p.stdin.write("GO\n")
+                p.stdin.flush()
+            results = [client_result(p, args.client) for p in procs]
+            for p in procs:
+                p.wait(timeout=30)
+            after = server_stats(servers)
+            runs.append(summarize_run(rate, results, before, after))
+            print(f"{runs[-1]['pages']} pages in {runs[-1]['seconds']} s: {runs[-1]['pages_per_s']} pages/s, "
+                  f"p50 {runs[-1]['latency_p50_ms']} ms, p99 {runs[-1]['latency_p99_ms']} ms", file=sys.stderr)
         for server in servers:
             server.stdin.close()
-            stats_line = server.stdout.readline()
-            per_server.append(json.loads(stats_line[len("STATS "):]) if stats_line.startswith("STATS ") else {})
             server.wait(timeout=30)
-        server_stats = {k: sum(s.get(k, 0) for s in per_server)
-                        for k in ("cpu_s", "queries", "server_latency_sum_s", "row_groups_read", "rejected")}
     finally:
         for p in servers + procs:
             if p.poll() is None:
@@ -408,7 +505,6 @@ def main() -> int:
         if tmp and not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    ms = [x * 1000 for x in latencies]
     result = {
         "benchmark": "store_query",
         "rows": actual_rows,
@@ -421,31 +517,18 @@ def main() -> int:
         "stream_per_page": not args.reuse_streams,
         "server_threads": args.threads,
         "preload_mb": args.preload_mb,
-        "seconds": round(elapsed, 1),
         "client": args.client,
         "protocol": "v3" if args.client == "go" else "beta2",
-        "pages": counts["pages"],
-        "messages": counts["messages"],
-        "errors": counts["errors"],
-        "client_errors_seen": last_errors[:3],
-        "pages_per_s": round(counts["pages"] / elapsed, 1),
-        "messages_per_s": round(counts["messages"] / elapsed, 1),
-        "latency_p50_ms": round(pct(ms, 50), 2),
-        "latency_p90_ms": round(pct(ms, 90), 2),
-        "latency_p99_ms": round(pct(ms, 99), 2),
-        "latency_max_ms": round(max(ms), 2) if ms else None,
-        # CPU per page (less sensitive than wall-clock figures to other load on the machine).
-        "server_cpu_ms_per_page": round(1000 * server_stats.get("cpu_s", 0) / max(1, counts["pages"]), 2),
-        "client_cpu_ms_per_page": round(1000 * client_cpu / max(1, counts["pages"]), 2),
+        # start-up, apart from the runs: each server's preload and hash index
+        "startup": [{k: s.get(k) for k in ("preloaded_row_groups", "preload_s", "hash_index_s")} for s in after],
         "load_avg_1m": round(os.getloadavg()[0], 1),
-        "server_mean_ms": round(1000 * server_stats.get("server_latency_sum_s", 0) / max(1, server_stats.get("queries", 1)), 2),
-        "server": server_stats,
-        "per_server": per_server,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
-    print(f"{result['pages']} pages in {elapsed:.1f} s: {result['pages_per_s']} pages/s, "
-          f"p50 {result['latency_p50_ms']} ms, p99 {result['latency_p99_ms']} ms", file=sys.stderr)
+    if len(runs) == 1:
+        result.update(runs[0])
+    else:
+        result["runs"] = runs
     print(json.dumps(result))
     return 0
 

@@ -32,7 +32,7 @@ Commands:
   filter         --seconds S [--content-topic C ...] [--ping-every P] [--count N]
   store          [--page-size P] [--forward] [--hashes h1,h2] [--content-topic C ...]
   lightpush      --count N [--rate R]
-  store-bench    --seconds S [--pubsub-topics T1,T2] [--content-topic C ...] [--start-ns A --end-ns B] [--seed N]
+  store-bench    --seconds S [--pubsub-topics T1,T2] [--content-topic C ...] [--start-ns A --end-ns B] [--seed N] [--rate R]
                  (a load client of tests/benchmarks/store_query.py: waits for a line on stdin)
 
 Common flags: --peer MULTIADDR (required) --cluster-id N (1) --pubsub-topic T (/waku/2/rs/1/0)
@@ -134,7 +134,7 @@ func parseArgs(args []string) (*options, error) {
 
 	fs.Float64Var(&o.seconds, "seconds", 10, "stay/filter: how long to stay connected / subscribed")
 	fs.IntVar(&o.count, "count", 1, "messages to publish / push / receive (default 1; filter: stop early after N distinct pushes, default 0 = never)")
-	fs.Float64Var(&o.rate, "rate", 0, "relay-publish/lightpush: messages per second, 0 = as fast as possible")
+	fs.Float64Var(&o.rate, "rate", 0, "relay-publish/lightpush: messages per second, 0 = as fast as possible; store-bench: pages per second, open loop (0 = closed loop)")
 	fs.IntVar(&o.payloadSize, "payload-size", 0, "relay-publish/lightpush: pad each payload to this many bytes")
 	fs.BoolVar(&o.quiet, "quiet", false, "relay-publish/relay-receive/lightpush: no event line per message")
 	fs.Float64Var(&o.linger, "linger", 2, "relay-publish: seconds to stay connected after the last publish (lets gossipsub flush its queue)")

@@ -24,8 +24,13 @@ import (
 // a time window starting (forward) or ending (backward) at a random time in
 // [--start-ns, --end-ns], else from the newest / oldest message), followed along its
 // cursor for up to 10 pages. Every page is go-waku's own request: a new stream each.
-// The summary holds every page's latency (ms), pages, messages, errors and the process's CPU
-// seconds during the run.
+// Closed loop by default (each page sent when the previous one is answered). With --rate R,
+// open loop: pages are due at Poisson arrivals of R a second (their own seeded source), each
+// the next page of the walk under way or the first of a new query; a page is sent when it is
+// due or, when the previous answer came later, at once, and its latency counts from when it
+// was due, so a client that falls behind is charged for the wait (no coordinated omission).
+// The summary holds every page's latency (ms), pages, messages, errors, the process's CPU
+// seconds during the run and, with --rate, how many pages were sent late and the largest lag.
 func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 	var topics []string
 	for _, t := range strings.Split(o.benchPubsub, ",") {
@@ -120,11 +125,33 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 	}
 	cpu0, t0 := cpu(), time.Now()
 	end := t0.Add(time.Duration(o.seconds * float64(time.Second)))
+	arrivals := rand.New(rand.NewSource(o.seed + 1_000_003))
+	due := t0
+	late, maxLag := 0, time.Duration(0)
+	// when the next page is due (open loop), or now (closed loop)
+	nextDue := func() time.Time {
+		if o.rate <= 0 {
+			return time.Now()
+		}
+		due = due.Add(time.Duration(arrivals.ExpFloat64() / o.rate * float64(time.Second)))
+		if wait := time.Until(due); wait > 0 {
+			time.Sleep(wait)
+		} else if lag := -wait; lag > time.Millisecond {
+			late++
+			if lag > maxLag {
+				maxLag = lag
+			}
+		}
+		return due
+	}
 	for time.Now().Before(end) && ctx.Err() == nil {
 		q := randomQuery()
 		var res store.Result
 		for i := 0; i < 10 && time.Now().Before(end); i++ {
-			began := time.Now()
+			began := nextDue()
+			if !began.Before(end) {
+				break
+			}
 			next, err := request(q, res)
 			if err != nil {
 				errors++
@@ -148,5 +175,10 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 	f["last_error"] = lastErr
 	f["elapsed_s"] = time.Since(t0).Seconds()
 	f["cpu_s"] = cpu() - cpu0
+	if o.rate > 0 {
+		f["rate"] = o.rate
+		f["late"] = late
+		f["max_lag_ms"] = float64(maxLag.Microseconds()) / 1000
+	}
 	return result{fields: f}
 }
