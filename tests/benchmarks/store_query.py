@@ -225,7 +225,7 @@ def run_clients(targets: list[tuple[str, int]], seconds: float, reuse: bool = Fa
                 if rate <= 0:
                     return time.perf_counter()
                 due += arrivals.expovariate(rate)
-                wait = due - time.perf_counter()
+                wait = min(due, end) - time.perf_counter()  # one due after the run: wait for its end only
                 if wait > 0:
                     await trio.sleep(wait)
                 elif -wait > 0.001:
@@ -356,9 +356,9 @@ def summarize_run(rate: float, results: list[dict], before: list[dict], after: l
         "client_errors_seen": sorted({r["last_error"] for r in results if r.get("last_error")})[:3],
         "pages_per_s": round(counts["pages"] / elapsed, 1),
         "messages_per_s": round(counts["messages"] / elapsed, 1),
-        "latency_p50_ms": round(pct(ms, 50), 2),
-        "latency_p90_ms": round(pct(ms, 90), 2),
-        "latency_p99_ms": round(pct(ms, 99), 2),
+        "latency_p50_ms": round(pct(ms, 50), 2) if ms else None,
+        "latency_p90_ms": round(pct(ms, 90), 2) if ms else None,
+        "latency_p99_ms": round(pct(ms, 99), 2) if ms else None,
         "latency_max_ms": round(max(ms), 2) if ms else None,
         # CPU per page (less sensitive than wall-clock figures to other load on the machine).
         "server_cpu_ms_per_page": round(1000 * server["cpu_s"] / max(1, counts["pages"]), 2),

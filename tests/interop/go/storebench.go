@@ -134,7 +134,9 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 			return time.Now()
 		}
 		due = due.Add(time.Duration(arrivals.ExpFloat64() / o.rate * float64(time.Second)))
-		if wait := time.Until(due); wait > 0 {
+		if !due.Before(end) { // not in the run: wait for its end only
+			time.Sleep(time.Until(end))
+		} else if wait := time.Until(due); wait > 0 {
 			time.Sleep(wait)
 		} else if lag := -wait; lag > time.Millisecond {
 			late++
