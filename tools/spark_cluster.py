@@ -199,7 +199,8 @@ class StandaloneCluster:
     def _wait(self, ok, what: str, deadline: float, relaunch: tuple[str, ...] = ()) -> bool:
         """Poll the master's JSON until `ok(state)`: True. A daemon that exited raises, unless
         its name starts with one of `relaunch`: then False (a master is stopped first, for the
-        caller to launch again)."""
+        caller to launch again). Another server answering on the master's web UI port is treated
+        as the master's port taken: False when the master may be launched again, else raises."""
         last: object = None
         while time.monotonic() < deadline:
             dead = [n for n in self.pids if self._exited(n)]
@@ -220,6 +221,16 @@ class StandaloneCluster:
                 last = {k: state.get(k) for k in ("status", "aliveworkers")}
             except OSError as exc:
                 last = exc
+            except ValueError:
+                # Not JSON: another server (another application's Spark UI) took the web UI port
+                # picked for the master before the master bound it.
+                if "master" not in relaunch:
+                    raise RuntimeError(f"{self.webui} answers, but not as a spark master (port "
+                                       f"{self.webui_port} taken?); see {self.root / 'logs'}") from None
+                _stop_group(self.pids.pop("master"), 5.0)
+                log.warning("spark master's web UI port %d answers for another server; launching it again",
+                            self.webui_port)
+                return False
             time.sleep(0.5)
         raise TimeoutError(f"waiting for {what} of {self.url}: {last}; see {self.root / 'logs'}")
 

@@ -4,6 +4,8 @@ picked one, never registered: "waiting for 2 workers ... aliveworkers 0")."""
 from __future__ import annotations
 
 import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -42,3 +44,45 @@ def test_a_daemon_whose_port_is_taken_is_launched_again_on_another(tmp_path, mon
         held.close()
     relaunched = [r.getMessage() for r in caplog.records if "launching it again" in r.getMessage()]
     assert len(relaunched) == 2 and "master" in relaunched[0] and "worker-0" in relaunched[1], relaunched
+
+
+def test_a_master_whose_web_ui_port_another_server_answers_on_is_launched_again(tmp_path, monkeypatch, caplog):
+    """Seen in CI: another application's Spark UI took the web UI port picked for the master and
+    answered its /json with HTML; the start failed parsing it."""
+
+    class Html(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = b"<!DOCTYPE html><html><body>another Spark UI</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), Html)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    taken = other.server_address[1]
+    picked: list[int] = []
+    pick = spark_cluster.free_port
+
+    def racing_pick(host: str = "127.0.0.1") -> int:
+        # Picks: the master's port, then its web UI port (1st launch: the other server's).
+        port = taken if len(picked) == 1 else pick(host)
+        picked.append(port)
+        return port
+
+    monkeypatch.setattr(spark_cluster, "free_port", racing_pick)
+    cluster = StandaloneCluster(tmp_path / "spark", workers=1, worker_cores=1, worker_memory="512m")
+    try:
+        cluster.start(timeout=180)
+        assert cluster.webui_port != taken
+        assert cluster.state()["aliveworkers"] == 1
+    finally:
+        cluster.stop()
+        other.shutdown()
+        other.server_close()
+    relaunched = [r.getMessage() for r in caplog.records if "launching it again" in r.getMessage()]
+    assert len(relaunched) == 1 and "master" in relaunched[0], relaunched
