@@ -201,18 +201,19 @@ class StandaloneCluster:
         its name starts with one of `relaunch`: then False (a master is stopped first, for the
         caller to launch again). Another server answering on the master's web UI port is treated
         as the master's port taken: False when the master may be launched again, else raises."""
+        def may_relaunch(name: str) -> bool:
+            return name.startswith(relaunch)  # () matches no name
+
         last: object = None
         while time.monotonic() < deadline:
             dead = [n for n in self.pids if self._exited(n)]
             if dead:
-                fatal = [n for n in dead if not n.startswith(relaunch)]  # () matches no name
+                fatal = [n for n in dead if not may_relaunch(n)]
                 if fatal:
                     ports = f" (its ports {self.port}, {self.webui_port} taken?)" if "master" in fatal else ""
                     raise RuntimeError(f"spark {', '.join(fatal)} exited{ports}; see {self.root / 'logs'}")
                 if "master" in dead:
-                    _stop_group(self.pids.pop("master"), 5.0)
-                    log.warning("spark master exited at start (port %d or %d taken?); launching it again",
-                                self.port, self.webui_port)
+                    self._drop_master(f"exited at start (port {self.port} or {self.webui_port} taken?)")
                 return False
             try:
                 state = self.state(timeout=2.0)
@@ -224,15 +225,18 @@ class StandaloneCluster:
             except ValueError:
                 # Not JSON: another server (another application's Spark UI) took the web UI port
                 # picked for the master before the master bound it.
-                if "master" not in relaunch:
+                if not may_relaunch("master"):
                     raise RuntimeError(f"{self.webui} answers, but not as a spark master (port "
                                        f"{self.webui_port} taken?); see {self.root / 'logs'}") from None
-                _stop_group(self.pids.pop("master"), 5.0)
-                log.warning("spark master's web UI port %d answers for another server; launching it again",
-                            self.webui_port)
+                self._drop_master(f"web UI port {self.webui_port} answers for another server")
                 return False
             time.sleep(0.5)
         raise TimeoutError(f"waiting for {what} of {self.url}: {last}; see {self.root / 'logs'}")
+
+    def _drop_master(self, reason: str) -> None:
+        """Stop the master for the caller to launch it again on new ports."""
+        _stop_group(self.pids.pop("master"), 5.0)
+        log.warning("spark master %s; launching it again", reason)
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop the workers (and their executors), then the master."""

@@ -15,23 +15,38 @@ from tools.spark_cluster import StandaloneCluster
 pytestmark = pytest.mark.integration
 
 
+def race_for_port(monkeypatch, taken: int, at: tuple[int, ...]) -> list[int]:
+    """Make the cluster's port picks hand out `taken` at the given pick positions (as if
+    another process bound it between the pick and the JVM's bind); returns the picks."""
+    picked: list[int] = []
+    pick = spark_cluster.free_port
+
+    def racing_pick(host: str = "127.0.0.1") -> int:
+        port = taken if len(picked) in at else pick(host)
+        picked.append(port)
+        return port
+
+    monkeypatch.setattr(spark_cluster, "free_port", racing_pick)
+    return picked
+
+
+def relaunch_messages(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "launching it again" in r.getMessage()]
+
+
+def one_worker_cluster(tmp_path) -> StandaloneCluster:
+    return StandaloneCluster(tmp_path / "spark", workers=1, worker_cores=1, worker_memory="512m")
+
+
 def test_a_daemon_whose_port_is_taken_is_launched_again_on_another(tmp_path, monkeypatch, caplog):
     held = socket.socket()
     held.bind(("127.0.0.1", 0))
     held.listen()
     taken = held.getsockname()[1]
-    picked: list[int] = []
-    pick = spark_cluster.free_port
-
-    def racing_pick(host: str = "127.0.0.1") -> int:
-        # Picks: the master's port and web UI port (1st launch: the port is taken), again (2nd
-        # launch), then the worker's web UI port (taken).
-        port = taken if len(picked) in (0, 4) else pick(host)
-        picked.append(port)
-        return port
-
-    monkeypatch.setattr(spark_cluster, "free_port", racing_pick)
-    cluster = StandaloneCluster(tmp_path / "spark", workers=1, worker_cores=1, worker_memory="512m")
+    # Picks: the master's port and web UI port (1st launch: the port is taken), again (2nd
+    # launch), then the worker's web UI port (taken).
+    race_for_port(monkeypatch, taken, at=(0, 4))
+    cluster = one_worker_cluster(tmp_path)
     try:
         cluster.start(timeout=180)
         state = cluster.state()
@@ -42,7 +57,7 @@ def test_a_daemon_whose_port_is_taken_is_launched_again_on_another(tmp_path, mon
     finally:
         cluster.stop()
         held.close()
-    relaunched = [r.getMessage() for r in caplog.records if "launching it again" in r.getMessage()]
+    relaunched = relaunch_messages(caplog)
     assert len(relaunched) == 2 and "master" in relaunched[0] and "worker-0" in relaunched[1], relaunched
 
 
@@ -65,17 +80,8 @@ def test_a_master_whose_web_ui_port_another_server_answers_on_is_launched_again(
     other = ThreadingHTTPServer(("127.0.0.1", 0), Html)
     threading.Thread(target=other.serve_forever, daemon=True).start()
     taken = other.server_address[1]
-    picked: list[int] = []
-    pick = spark_cluster.free_port
-
-    def racing_pick(host: str = "127.0.0.1") -> int:
-        # Picks: the master's port, then its web UI port (1st launch: the other server's).
-        port = taken if len(picked) == 1 else pick(host)
-        picked.append(port)
-        return port
-
-    monkeypatch.setattr(spark_cluster, "free_port", racing_pick)
-    cluster = StandaloneCluster(tmp_path / "spark", workers=1, worker_cores=1, worker_memory="512m")
+    race_for_port(monkeypatch, taken, at=(1,))  # picks: the master's port, then its web UI port
+    cluster = one_worker_cluster(tmp_path)
     try:
         cluster.start(timeout=180)
         assert cluster.webui_port != taken
@@ -84,5 +90,5 @@ def test_a_master_whose_web_ui_port_another_server_answers_on_is_launched_again(
         cluster.stop()
         other.shutdown()
         other.server_close()
-    relaunched = [r.getMessage() for r in caplog.records if "launching it again" in r.getMessage()]
+    relaunched = relaunch_messages(caplog)
     assert len(relaunched) == 1 and "master" in relaunched[0], relaunched
