@@ -138,7 +138,17 @@ class Config:
         return self.get("kafka.bootstrap_servers").strip()
 
     def kafka_client_options(self) -> dict[str, str]:
-        return _pairs(self.get("kafka.client_options"), "kafka.client_options")
+        """The Java client's names (as Spark takes them); core/kafka.py gives each Python client
+        its own form. A `sasl.jaas.config` without a username and password is refused here."""
+        from core.kafka import jaas_credentials
+
+        options = _pairs(self.get("kafka.client_options"), "kafka.client_options")
+        if "sasl.jaas.config" in options:
+            try:
+                jaas_credentials(options["sasl.jaas.config"])
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        return options
 
     def spark_options(self) -> dict[str, str]:
         return _pairs(self.get("spark.options"), "spark.options")

@@ -1,12 +1,13 @@
-"""Kafka facts every side shares: client settings in kafka-python's form, and the one helper
-that creates the pipeline's topics (the embedded broker does not auto-create; a real cluster
-may not either).
+"""Kafka facts every side shares: client settings in each client's form (kafka-python's
+keyword arguments, librdkafka's property names), and the one helper that creates the
+pipeline's topics (the embedded broker does not auto-create; a real cluster may not either).
 
     ensure_topics("k1:9092,k2:9092", {"waku.messages": 4}, client_options={"security.protocol": "SSL"})
 """
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -20,12 +21,45 @@ class TopicError(Exception):
     """Topics could not be created or did not become ready; the message is one line."""
 
 
+_JAAS_CREDENTIAL = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def jaas_credentials(value: str) -> tuple[str, str]:
+    """(username, password) of a Java client's `sasl.jaas.config` (a PLAIN or SCRAM login
+    module: `... required username="waku" password="...";`)."""
+    found = {k: re.sub(r"\\(.)", r"\1", v) for k, v in _JAAS_CREDENTIAL.findall(value)}
+    if set(found) != {"username", "password"}:
+        raise ValueError('kafka.client_options: sasl.jaas.config: expected username="..." password="..." '
+                         "(a PLAIN or SCRAM login module)")
+    return found["username"], found["password"]
+
+
 def client_options(options: Mapping[str, str]) -> dict[str, Any]:
-    """kafka.client_options (Java-style names: security.protocol=SSL) as kafka-python kwargs."""
+    """kafka.client_options (the Java client's names, as Spark takes them: security.protocol=SSL)
+    as kafka-python kwargs: dots become underscores, and `sasl.jaas.config` becomes
+    sasl_plain_username / sasl_plain_password (kafka-python's names for PLAIN and SCRAM)."""
     out: dict[str, Any] = {}
     for name, value in options.items():
+        if name == "sasl.jaas.config":
+            out["sasl_plain_username"], out["sasl_plain_password"] = jaas_credentials(value)
+            continue
         key = name.replace(".", "_")
         out[key] = int(value) if value.isdigit() else value
+    return out
+
+
+def librdkafka_options(options: Mapping[str, str]) -> dict[str, str]:
+    """kafka.client_options (the Java client's names) as librdkafka properties. librdkafka
+    shares most names (security.protocol, sasl.mechanism, ssl.keystore.*,
+    ssl.endpoint.identification.algorithm); `sasl.jaas.config` becomes sasl.username /
+    sasl.password. A name librdkafka does not know is passed as it is: librdkafka refuses it
+    when the client is created, naming it."""
+    out: dict[str, str] = {}
+    for name, value in options.items():
+        if name == "sasl.jaas.config":
+            out["sasl.username"], out["sasl.password"] = jaas_credentials(value)
+        else:
+            out[name] = value
     return out
 
 

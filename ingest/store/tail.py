@@ -1,8 +1,9 @@
 """The store service's fresh tail: messages in Kafka `waku.messages` that the store job has not
 yet committed to Delta, kept in memory so that store queries (beta2 and v3) answer them at once.
 
-- `TailFollower` (a kafka-python consumer in a daemon thread, as the filter pusher consumes its
-  push topic) reads every partition of the topic from where the store job's last committed
+- `TailFollower` (a librdkafka consumer, `confluent-kafka`, read by a daemon thread; librdkafka
+  fetches on threads of its own without the GIL, so the tail keeps up while the reader's thread
+  holds the GIL after a commit: docs/decisions.md, session 15) reads every partition of the topic from where the store job's last committed
   batch ended (its checkpoint's offset log), or `tail_lookback_s` back in time when the
   checkpoint cannot be read. Each record goes through the store job's rules, declared once in
   `core/validation.py` (same names, limits, order), ephemeral messages are left out, and a
@@ -38,15 +39,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.config import Config, ConfigError
-from core.kafka import client_options as kafka_client_options
-from core.kafka import open_consumer
+from core.kafka import librdkafka_options
 from core.store_page import Index, StoredMessage, StoreQuery, in_window
 from core.validation import Limits, decode_ingest, rejection_reason
 
 log = logging.getLogger("ingest.store.tail")
+# librdkafka's own log lines (named "kafka...": the bridge's Kafka log limit applies to them).
+_LIBRDKAFKA_LOG = logging.getLogger("kafka.librdkafka.store-tail")
 
 _HIGH = b"\xff" * 64  # above every digest and hash: a key's upper bound at a given Index
 Key = tuple[float, bytes, bytes]  # (received_time, digest, message_hash)
+# A message as the tail holds it: StoredMessage's fields in order, in a plain tuple. A tuple of
+# bytes, str and numbers is left out of the cyclic GC's walks once it has survived one, where a
+# StoredMessage stays in them: 200,000 of those made each full collection ~75 ms longer, a pause
+# of every thread of the bridge (docs/decisions.md, session 15). Read back with `StoredMessage(*row)`.
+Row = tuple
+_RECEIVED, _DIGEST, _PUBSUB, _CONTENT = 0, 1, 2, 3
+
+
+def _row(m: StoredMessage) -> Row:
+    return (m.received_time, m.digest, m.pubsub_topic, m.content_topic, m.payload, m.version, m.timestamp, m.meta,
+            m.rate_limit_proof, m.message_hash)
 _CHUNK = 500  # messages taken in per hold of the tail's lock
 
 
@@ -103,7 +116,7 @@ class Tail:
         # reader asks before each table refresh and sweeps what lies below (`sweep_locked`).
         self.committed = committed or (lambda: None)
         self.lock = threading.Lock()
-        self._entries: dict[bytes, StoredMessage] = {}
+        self._entries: dict[bytes, Row] = {}
         self._keys: dict[bytes, Key] = {}  # the live key of each entry (the one object in the lists)
         # Kafka coordinates of the copy kept, and per partition (offset, hash) in arrival order.
         self._coords: dict[bytes, tuple[int, int]] = {}
@@ -143,10 +156,10 @@ class Tail:
             h = m.message_hash
             old = self._entries.get(h)
             if old is not None:
-                if (old.received_time, old.digest) <= (m.received_time, m.digest):
+                if (old[_RECEIVED], old[_DIGEST]) <= (m.received_time, m.digest):
                     continue
                 self._remove_keys({h: old})
-            self._entries[h] = m
+            self._entries[h] = _row(m)
             key = (m.received_time, m.digest, h)
             self._keys[h] = key
             where = coords.get(h) if coords else None
@@ -165,7 +178,7 @@ class Tail:
         self._tidy_arrivals()
         over = len(self._entries) - self.max_messages
         if over > 0:
-            oldest: dict[bytes, StoredMessage] = {}
+            oldest: dict[bytes, Row] = {}
             for k in self._all:
                 if len(oldest) >= over:
                     break
@@ -199,7 +212,7 @@ class Tail:
         """Forget messages whose Kafka offset lies below the store job's committed end of their
         partition: call after dropping what the matching snapshot holds, so what is left there
         is what the job refused (a receive time it found in the future, a copy it had already)."""
-        gone: dict[bytes, StoredMessage] = {}
+        gone: dict[bytes, Row] = {}
         for partition, arrivals in self._arrivals.items():
             end = committed.get(partition)
             if end is None:
@@ -232,7 +245,7 @@ class Tail:
     def _live(self, key: Key) -> bool:
         return self._keys.get(key[2]) is key
 
-    def _remove_keys(self, gone: Mapping[bytes, StoredMessage], trim: bool = True) -> None:
+    def _remove_keys(self, gone: Mapping[bytes, Row], trim: bool = True) -> None:
         """Forget entries. Their keys stay in the sorted lists as stale ones (skipped by reads):
         trimmed off the front of the lists concerned (commits take the oldest first), and all
         lists are rebuilt once stale keys outnumber live ones. trim False: leave that to
@@ -243,10 +256,10 @@ class Tail:
             self._coords.pop(h, None)
         self._stale += len(gone)
         if trim:
-            self._trim_lists({m.content_topic for m in gone.values()}, {m.pubsub_topic for m in gone.values()})
+            self._trim_lists({r[_CONTENT] for r in gone.values()}, {r[_PUBSUB] for r in gone.values()})
         else:
-            self._untrimmed_content.update(m.content_topic for m in gone.values())
-            self._untrimmed_pubsub.update(m.pubsub_topic for m in gone.values())
+            self._untrimmed_content.update(r[_CONTENT] for r in gone.values())
+            self._untrimmed_pubsub.update(r[_PUBSUB] for r in gone.values())
 
     def tidy(self) -> None:
         """Trim the lists a drop left stale keys in (takes the lock)."""
@@ -286,7 +299,8 @@ class Tail:
     # --- reads (call with `lock` held) -----------------------------------------------------
 
     def get_locked(self, message_hash: bytes) -> StoredMessage | None:
-        return self._entries.get(message_hash)
+        row = self._entries.get(message_hash)
+        return None if row is None else StoredMessage(*row)
 
     def nearest_locked(self, query: StoreQuery, n: int) -> list[StoredMessage]:
         """The (at most) n matching messages nearest to the cursor, in no particular order."""
@@ -312,9 +326,10 @@ class Tail:
             for key in keys:
                 if live.get(key[2]) is not key:
                     continue  # stale
-                m = self._entries[key[2]]
-                if query.pubsub_topic and m.pubsub_topic != query.pubsub_topic:
+                row = self._entries[key[2]]
+                if query.pubsub_topic and row[_PUBSUB] != query.pubsub_topic:
                     continue
+                m = StoredMessage(*row)
                 if not in_window(m, query):
                     continue
                 out.append(m)
@@ -325,7 +340,7 @@ class Tail:
 
     def snapshot(self) -> list[StoredMessage]:
         with self.lock:
-            return [self._entries[k[2]] for k in self._all if self._live(k)]
+            return [StoredMessage(*self._entries[k[2]]) for k in self._all if self._live(k)]
 
 
 def committed_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
@@ -374,12 +389,27 @@ class TailFollower:
         self._thread = threading.Thread(target=self._run, name="store-tail", daemon=True)
 
     def start(self) -> None:
+        """Start following; a Kafka client option librdkafka refuses raises ConfigError here."""
+        self._consumer = self._open()
         self._thread.start()
+
+    _consumer: Any = None
+
+    def _open(self) -> Any:
+        from confluent_kafka import Consumer, KafkaException
+
+        try:
+            return Consumer(self.consumer_config())
+        except KafkaException as exc:  # a property librdkafka refuses: the settings are wrong
+            raise ConfigError(f"kafka.client_options: {exc.args[0].str()}") from None
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self._consumer is not None:  # stopped before the thread took it
+            self._consumer.close()
+            self._consumer = None
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -392,55 +422,93 @@ class TailFollower:
                 self.failed = exc
                 self._stop.wait(2.0)
 
+    def consumer_config(self) -> dict[str, Any]:
+        """librdkafka's properties for the tail's consumer (`kafka.client_options` included)."""
+        s = self.settings
+        config: dict[str, Any] = {
+            "bootstrap.servers": s.bootstrap_servers, "client.id": "waku-store-tail",
+            # Partitions are assigned, never subscribed: the group joins nothing and commits
+            # nothing (librdkafka asks for a group id all the same).
+            "group.id": "waku-store-tail", "enable.auto.commit": False, "enable.auto.offset.store": False,
+            # A fetch answers as soon as a record is there (an idle one after 100 ms): librdkafka's
+            # cost per fetch is in C, and the broker's measured no higher than with the 256 KiB /
+            # 10 ms the kafka-python tail needed (benchmarks.md, session 15).
+            "fetch.min.bytes": 1, "fetch.wait.max.ms": 100,
+            "max.partition.fetch.bytes": 4 * 1024 * 1024, "reconnect.backoff.max.ms": 1000,
+            # Reaching a partition's end is reported (the tail is `ready` once every partition
+            # has been read up to where it ended at start).
+            "enable.partition.eof": True,
+            "logger": _LIBRDKAFKA_LOG,
+            "error_cb": self._kafka_error,
+        }
+        config.update(librdkafka_options(s.client_options))
+        return config
+
+    def _kafka_error(self, err: Any) -> None:
+        """librdkafka's client-wide errors (broker down, all brokers down, authentication): it
+        retries by itself; one line each time the error changes."""
+        text = err.str()
+        if text != self._last_error:
+            self._last_error = text
+            log.warning("store tail: Kafka: %s (librdkafka retries)", text)
+
+    _last_error = ""
+
     def _loop(self) -> None:
-        from kafka import TopicPartition
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
         if self.wait_for is not None:
             while not self.wait_for.wait(0.5):  # the reader's hash index of the table as it is
                 if self._stop.is_set():
                     return
         s = self.settings
-        options: dict[str, Any] = dict(
-            bootstrap_servers=s.bootstrap_servers.split(","), group_id=None, enable_auto_commit=False,
-            # A fetch answers once 256 KiB are there or 10 ms have passed: under load ~100 fetches
-            # a second of ~100 records instead of one per few records (kafka-python's and the
-            # broker's cost is per fetch); at most 10 ms added to a message's way to the tail.
-            fetch_min_bytes=256 * 1024, fetch_max_wait_ms=10,
-            reconnect_backoff_max_ms=1000, client_id="waku-store-tail",
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-        )
-        options.update(kafka_client_options(s.client_options))
-        consumer = open_consumer(options, self._stop, "store tail")
-        if consumer is None:
-            return
+        consumer, self._consumer = self._consumer or self._open(), None
         try:
             parts = None
             while not parts:
-                parts = consumer.partitions_for_topic(s.topic)
-                if not parts and not self.ready.is_set() and s.topic not in consumer.topics():
+                try:
+                    meta = consumer.list_topics(s.topic, timeout=5.0).topics[s.topic]
+                except KafkaException as exc:
+                    log.warning("store tail: cannot reach Kafka (%s), retrying", exc.args[0].str())
+                    if self._stop.wait(2.0):
+                        return
+                    continue
+                parts = meta.partitions if meta.error is None else None
+                if not parts and not self.ready.is_set():
                     # No such topic yet: nothing in Kafka to catch up with; follow it once it exists.
                     log.info("store tail: topic %s does not exist yet; following it once it does", s.topic)
                     self.ready.set()
                 if not parts and self._stop.wait(0.5):
                     return
-            tps = [TopicPartition(s.topic, p) for p in sorted(parts)]
-            consumer.assign(tps)
-            ends = consumer.end_offsets(tps)
-            starts = self._starts(consumer, tps, ends)
-            for tp in tps:
-                consumer.seek(tp, starts[tp])
-            pending = {tp for tp in tps if starts[tp] < ends[tp]}
+            tps = sorted(parts)
+            bounds = {p: consumer.get_watermark_offsets(TopicPartition(s.topic, p), timeout=10.0) for p in tps}
+            ends = {p: high for p, (_, high) in bounds.items()}
+            starts = self._starts(consumer, bounds)
+            consumer.assign([TopicPartition(s.topic, p, starts[p]) for p in tps])
+            pending = {p for p in tps if starts[p] < ends[p]}
             if not pending:
                 self.ready.set()
-            log.info("store tail: following %s from %s (%s)", s.topic,
-                     {tp.partition: starts[tp] for tp in tps}, self._origin)
+            log.info("store tail: following %s from %s (%s)", s.topic, starts, self._origin)
             while not self._stop.is_set():
-                batch = consumer.poll(timeout_ms=100, max_records=5000)
-                records = [r for recs in batch.values() for r in recs]
+                # Wait for the first record, then take what else librdkafka's fetcher has queued
+                # (it fetches on threads of its own, without the GIL).
+                first = consumer.poll(0.1)
+                if first is None:
+                    continue
+                records, reached = [], []
+                for m in [first, *consumer.consume(4999, 0)]:
+                    err = m.error()
+                    if err is None:
+                        records.append((m.value(), m.partition(), m.offset()))
+                    elif err.code() == KafkaError._PARTITION_EOF:
+                        reached.append(m.partition())
+                    else:
+                        self._kafka_error(err)
                 if records:
                     self._take(records)
                 if pending:
-                    pending = {tp for tp in pending if consumer.position(tp) < ends[tp]}
+                    pending.difference_update(reached)
+                    pending = {p for p in pending if not any(r[1] == p and r[2] + 1 >= ends[p] for r in records)}
                     if not pending:
                         self.ready.set()
         finally:
@@ -448,31 +516,35 @@ class TailFollower:
 
     _origin = ""
 
-    def _starts(self, consumer: Any, tps: list[Any], ends: dict[Any, int]) -> dict[Any, int]:
+    def _starts(self, consumer: Any, bounds: dict[int, tuple[int, int]]) -> dict[int, int]:
+        from confluent_kafka import TopicPartition
+
         s = self.settings
-        begins = consumer.beginning_offsets(tps)
         committed = committed_offsets(s.checkpoint_path, s.topic)
         if committed is not None:
             self._origin = "the store job's last committed batch"
-            starts = {tp: committed.get(tp.partition, begins[tp]) for tp in tps}
+            starts = {p: committed.get(p, low) for p, (low, _) in bounds.items()}
         else:
             self._origin = f"{s.lookback_s:g} s back, no store job checkpoint"
-            found = consumer.offsets_for_times({tp: int((time.time() - s.lookback_s) * 1000) for tp in tps})
-            starts = {tp: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in tps}
+            at = int((time.time() - s.lookback_s) * 1000)
+            found = consumer.offsets_for_times([TopicPartition(s.topic, p, at) for p in bounds], timeout=10.0)
+            # No record at or after that time: the partition's end (librdkafka answers -1).
+            starts = {tp.partition: (tp.offset if tp.offset >= 0 else bounds[tp.partition][1]) for tp in found}
         # Never more than the tail can hold.
-        per_part = max(1, s.max_messages // max(1, len(tps)))
-        return {tp: min(ends[tp], max(begins[tp], starts[tp], ends[tp] - per_part)) for tp in tps}
+        per_part = max(1, s.max_messages // max(1, len(bounds)))
+        return {p: min(high, max(low, starts[p], high - per_part)) for p, (low, high) in bounds.items()}
 
-    def _take(self, records: list[Any]) -> None:
+    def _take(self, records: list[tuple[bytes, int, int]]) -> None:
+        """Records as (value, partition, offset)."""
         now = time.time()
         lim = self.settings.limits
         fresh: dict[bytes, StoredMessage] = {}
         coords: dict[bytes, tuple[int, int]] = {}
-        for r in records:
+        for value, partition, offset in records:
             try:
-                m, why = stored_form(r.value, lim, now)
+                m, why = stored_form(value, lim, now)
             except Exception as exc:  # noqa: BLE001 - one hostile record must not stop the tail
-                log.warning("store tail: record %s/%d refused: %s: %s", r.partition, r.offset, type(exc).__name__, exc)
+                log.warning("store tail: record %s/%d refused: %s: %s", partition, offset, type(exc).__name__, exc)
                 m, why = None, "error"
             if m is None:
                 self.refused[why] = self.refused.get(why, 0) + 1
@@ -480,7 +552,7 @@ class TailFollower:
             old = fresh.get(m.message_hash)
             if old is None or (m.received_time, m.digest) < (old.received_time, old.digest):
                 fresh[m.message_hash] = m
-                coords[m.message_hash] = (r.partition, r.offset)
+                coords[m.message_hash] = (partition, offset)
         self.consumed += len(records)
         if not fresh:
             return

@@ -10,6 +10,18 @@ the tail's real consumer thread (TailFollower) reads them: how many records a se
 process's tail follows (wall clock, and kafka-python's own share measured alone).
 
     .venv/bin/python tests/benchmarks/store_tail.py --kafka 150000 --payload-bytes 1024
+
+`--gil RATE`: how late records reach the tail while another thread of the process holds the GIL,
+as bridge B's reader does for ~0.2 s of CPU after each Delta commit. A producer process offers
+RATE records/s (the load generator's mix, each stamped with its receive time when sent); in
+this process a thread runs pure Python for `--hold-ms` every 2 s (0: none), and the consumer
+under test takes each record through the tail's rules. Latency = in the consumer (decoded) -
+receive time, over every valid message offered (its first copy). The process uses the
+bridge's GC settings (`ingest.cli._quiet_gc`). Consumers: the tail as it ships (TailFollower,
+librdkafka) and, for comparison, the kafka-python loop it replaced (its settings as shipped
+until session 14).
+
+    .venv/bin/python tests/benchmarks/store_tail.py --gil 10000 --seconds 30 --hold-ms 250
 """
 from __future__ import annotations
 
@@ -29,7 +41,19 @@ def main() -> None:
     parser.add_argument("--commit", type=int, default=10_000)
     parser.add_argument("--payload-bytes", type=int, default=300)
     parser.add_argument("--kafka", type=int, default=0, metavar="N", help="follow N records from a real broker")
+    parser.add_argument("--gil", type=float, default=0, metavar="RATE",
+                        help="latency to the tail at RATE records/s with a GIL-holding thread")
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--hold-ms", type=float, default=250.0)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--role-producer", nargs=4, metavar=("BOOTSTRAP", "TOPIC", "RATE", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.role_producer:
+        role_producer(*args.role_producer, payload_bytes=args.payload_bytes)
+        return
+    if args.gil:
+        gil_latency(args.gil, args.seconds, args.hold_ms, args.rounds, args.payload_bytes)
+        return
     if args.kafka:
         follow_kafka(args.kafka, args.payload_bytes)
         return
@@ -66,6 +90,14 @@ def main() -> None:
                       "tidy_ms": round(tidy_ms, 1)}))
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def follow_kafka(n: int, payload_bytes: int) -> None:
     import os
     import socket
@@ -78,11 +110,6 @@ def follow_kafka(n: int, payload_bytes: int) -> None:
     from ingest.store.tail import TailFollower, TailSettings
     from tools.embedded_kafka import EmbeddedKafka
     from tools.loadgen import produce
-
-    def free_port() -> int:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return sock.getsockname()[1]
 
     repo = Path(__file__).resolve().parents[2]
     broker = EmbeddedKafka(data_dir=Path(tempfile.mkdtemp(prefix="waku-bench-tail-")) / "kafka", port=free_port(),
@@ -131,6 +158,170 @@ def follow_kafka(n: int, payload_bytes: int) -> None:
                           "load_avg": [round(x, 2) for x in os.getloadavg()]}))
     finally:
         broker.stop()
+
+
+def role_producer(bootstrap: str, topic: str, rate: str, seconds: str, payload_bytes: int) -> None:
+    """Offer `rate` records/s for `seconds` (librdkafka, acks=all). The records are generated
+    first, each stamped with the receive time at which it is due, then sent on schedule; prints
+    "ready" when sending starts, the count sent (0: some undelivered) last."""
+    from confluent_kafka import Producer
+
+    gen = LoadGenerator(LoadProfile(payload_bytes=payload_bytes, seed=5))
+    rate_f, count = float(rate), int(float(rate) * float(seconds))
+    start_at = time.time() + 2.0 + count * 20e-6  # generating takes ~12 µs a record
+    records = [gen.next(start_at + i / rate_f) for i in range(count)]
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "partitioner": "murmur2_random"})
+    time.sleep(max(0.0, start_at - time.time()))
+    print("ready", flush=True)
+    sent = 0
+    while sent < count:
+        due = min(count, int((time.time() - start_at) * rate_f) + 1)
+        while sent < due:
+            p.produce(topic, records[sent].value, records[sent].key)
+            sent += 1
+        p.poll(0)
+        time.sleep(0.004)
+    print(p.flush(30) == 0 and sent, flush=True)
+
+
+def gil_latency(rate: float, seconds: float, hold_ms: float, rounds: int, payload_bytes: int) -> None:
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    import threading
+    from pathlib import Path
+
+    from core.kafka import ensure_topics
+    from ingest.store.tail import TailFollower, TailSettings
+    from tools.embedded_kafka import EmbeddedKafka
+
+    repo = Path(__file__).resolve().parents[2]
+    broker = EmbeddedKafka(data_dir=Path(tempfile.mkdtemp(prefix="waku-bench-tail-")) / "kafka", port=free_port(),
+                           controller_port=free_port(), jar_dir=repo / ".cache/jars/kafka", heap="-Xmx1g")
+    broker.start()
+    from ingest.cli import _quiet_gc
+
+    _quiet_gc()  # as `waku-bridge run` does once started
+    runs = []
+    try:
+        for n, (client, hold) in enumerate([(c, h) for _ in range(rounds) for h in (0.0, hold_ms)
+                                            for c in ("kafka-python", "tail")]):
+            topic = f"bench.gil.{n}"
+            ensure_topics(broker.bootstrap_servers, {topic: 4})
+            late: list[float] = []
+            seen: set[bytes] = set()
+            stop = threading.Event()
+            if client == "tail":
+                class TimedTail(Tail):
+                    def add_locked(self, messages, coords):  # noqa: ANN001 - Tail's signature
+                        messages = list(messages)
+                        note_first_copies(messages, seen, late)
+                        return super().add_locked(messages, coords)
+
+                follower = TailFollower(TailSettings(broker.bootstrap_servers, topic=topic, lookback_s=0),
+                                        TimedTail(10_000_000), lambda hashes: set())
+                follower.start()
+                follower.ready.wait(30)
+                consumed, finish = (lambda: follower.consumed), follower.stop
+            else:
+                consumed, finish = kafka_python_loop(broker.bootstrap_servers, topic, seen, late, stop)
+            holder = threading.Thread(target=hold_gil, args=(stop, hold / 1000, 2.0), daemon=True)
+            if hold:
+                holder.start()
+            cpu, broker_cpu = time.process_time(), proc_cpu_s(broker.pid)
+            prod = subprocess.Popen([sys.executable, __file__, "--role-producer", broker.bootstrap_servers, topic,
+                                     str(rate), str(seconds), "--payload-bytes", str(payload_bytes)],
+                                    stdout=subprocess.PIPE, text=True, cwd=repo)
+            prod.stdout.readline()
+            sent = int(prod.stdout.readline() or 0)
+            prod.wait()
+            deadline = time.monotonic() + 10
+            while consumed() < sent and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stop.set()
+            finish()
+            cpu_s = time.process_time() - cpu - (hold / 1000 * seconds / 2.0 if hold else 0.0)
+            broker_cpu = proc_cpu_s(broker.pid) - broker_cpu
+            xs = sorted(x * 1000 for x in late)
+            pct = (lambda q: round(xs[min(len(xs) - 1, int(q * len(xs)))], 1)) if xs else (lambda q: None)
+            run = {"consumer": client, "hold_ms": hold, "offered": sent, "consumed": consumed(),
+                   "missing": sent - consumed(), "valid": len(xs), "p50_ms": pct(0.5), "p99_ms": pct(0.99),
+                   "p999_ms": pct(0.999), "max_ms": round(xs[-1], 1) if xs else None,
+                   "consumer_cpu_s": round(cpu_s, 2), "broker_cpu_s": round(broker_cpu, 2), "load_avg": round(os.getloadavg()[0], 2)}
+            print(f"{client:>12}  hold {hold:5.0f} ms  p50 {run['p50_ms']} ms  p99 {run['p99_ms']} ms  "
+                  f"max {run['max_ms']} ms  missing {run['missing']}  CPU {run['consumer_cpu_s']} s  "
+                  f"broker CPU {run['broker_cpu_s']} s", flush=True)
+            runs.append(run)
+    finally:
+        broker.stop()
+    print(json.dumps({"benchmark": "store_tail", "mode": "gil", "rate": rate, "seconds": seconds, "runs": runs}))
+
+
+def proc_cpu_s(pid: int) -> float:
+    import os
+    from pathlib import Path
+
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def note_first_copies(messages: list, seen: set[bytes], late: list[float]) -> None:
+    """How late each message is, from its receive time, the first time its hash is seen (the load
+    generator's copies of a message carry the first copy's receive time, or a later one)."""
+    now = time.time()
+    for m in messages:
+        if m.message_hash not in seen:
+            seen.add(m.message_hash)
+            late.append(now - m.received_time)
+
+
+def hold_gil(stop, hold_s: float, every_s: float) -> None:  # noqa: ANN001 - a threading.Event
+    """Pure-Python work for `hold_s` every `every_s` (the interpreter switches threads every 5 ms)."""
+    d: dict[int, int] = {}
+    while not stop.wait(every_s):
+        t = time.perf_counter()
+        while time.perf_counter() - t < hold_s:
+            for i in range(200):
+                d[i] = i
+            d.clear()
+
+
+def kafka_python_loop(bootstrap: str, topic: str, seen: set[bytes], late: list[float], stop):  # noqa: ANN001, ANN201
+    """The tail's kafka-python consumer loop as shipped until session 14 (same fetch settings),
+    taking each record through the tail's rules."""
+    import threading
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                      fetch_min_bytes=256 * 1024, fetch_max_wait_ms=10, reconnect_backoff_max_ms=1000,
+                      max_partition_fetch_bytes=4 * 1024 * 1024)
+    tps = [TopicPartition(topic, p) for p in range(4)]
+    c.assign(tps)
+    c.seek_to_end(*tps)
+    for tp in tps:
+        c.position(tp)
+    count = [0]
+
+    def loop() -> None:
+        lim = Limits()
+        while not stop.is_set():
+            for recs in c.poll(timeout_ms=100, max_records=5000).values():
+                now = time.time()
+                stored = [stored_form(r.value, lim, now)[0] for r in recs]
+                note_first_copies([m for m in stored if m is not None], seen, late)
+                count[0] += len(recs)
+
+    th = threading.Thread(target=loop, daemon=True)
+    th.start()
+
+    def finish() -> None:
+        th.join(5)
+        c.close()
+
+    return (lambda: count[0]), finish
 
 
 if __name__ == "__main__":

@@ -45,12 +45,13 @@ RULES: tuple[Rule, ...] = (
     *(Rule(f"ingest.{p}", tuple(f"ingest.{q}" for q in PROTOCOLS if q != p) + ("ingest.node",), "protocols are apart")
       for p in PROTOCOLS),
     # Protocol handlers are pure functions: no service, no I/O.
-    Rule("ingest.filter.protocol", ("ingest.filter.service", "ingest.filter.pusher", "trio", "libp2p", "kafka"),
-         "a protocol handler is a pure function"),
-    Rule("ingest.store.protocol", ("ingest.store.server", "ingest.store.reader", "trio", "libp2p", "deltalake"),
+    Rule("ingest.filter.protocol", ("ingest.filter.service", "ingest.filter.pusher", "trio", "libp2p", "kafka",
+                                    "confluent_kafka"), "a protocol handler is a pure function"),
+    Rule("ingest.store.protocol", ("ingest.store.server", "ingest.store.reader", "ingest.store.tail", "trio", "libp2p",
+                                   "deltalake", "confluent_kafka"),
          "a protocol handler is a pure function"),
     Rule("ingest.metadata.protocol", ("ingest.metadata.service", "trio", "libp2p"), "a protocol handler is a pure function"),
-    Rule("ingest.lightpush.protocol", ("ingest.lightpush.service", "trio", "libp2p", "kafka"),
+    Rule("ingest.lightpush.protocol", ("ingest.lightpush.service", "trio", "libp2p", "kafka", "confluent_kafka"),
          "a protocol handler is a pure function"),
 )
 

@@ -311,3 +311,20 @@ def test_arrivals_racing_commits_leave_each_message_once(tmp_path):
     assert len(tail) == 0, f"seed {seed}: {len(tail)} messages both in the tail and in Delta"
     got = [m for p in history_pages(reader.query, StoreQuery(page_size=100)) for m in p.messages]
     assert [m.message_hash for m in got] == [m.message_hash for m in order], f"seed {seed}"
+
+
+def test_the_tail_gives_back_each_message_as_taken_in_and_holds_it_outside_the_gcs_walks():
+    """The tail holds messages as plain tuples (a StoredMessage would stay in every full
+    collection's walk: ~75 ms more per 200,000 messages, a pause of every thread)."""
+    import gc
+
+    _, rng = seeded()
+    messages = [StoredMessage.from_mapping(r) for r in random_rows(rng, 50)]
+    tail = Tail(100)
+    with tail.lock:
+        tail.add_locked(messages)
+    gc.collect()
+    with tail.lock:
+        assert [tail.get_locked(m.message_hash) for m in messages] == messages
+    assert sorted(tail.snapshot(), key=lambda m: m.index) == sorted(messages, key=lambda m: m.index)
+    assert not any(gc.is_tracked(row) for row in tail._entries.values())
