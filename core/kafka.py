@@ -34,9 +34,13 @@ def jaas_credentials(value: str) -> tuple[str, str]:
     return found["username"], found["password"]
 
 
+_BOOLEANS = {"true": True, "false": False}
+
+
 def client_options(options: Mapping[str, str]) -> dict[str, Any]:
     """kafka.client_options (the Java client's names, as Spark takes them: security.protocol=SSL)
-    as kafka-python kwargs: dots become underscores, and `sasl.jaas.config` becomes
+    as kafka-python kwargs: dots become underscores, numbers and true/false their values, and
+    `sasl.jaas.config` becomes
     sasl_plain_username / sasl_plain_password (kafka-python's names for PLAIN and SCRAM)."""
     out: dict[str, Any] = {}
     for name, value in options.items():
@@ -44,8 +48,18 @@ def client_options(options: Mapping[str, str]) -> dict[str, Any]:
             out["sasl_plain_username"], out["sasl_plain_password"] = jaas_credentials(value)
             continue
         key = name.replace(".", "_")
-        out[key] = int(value) if value.isdigit() else value
+        out[key] = int(value) if value.isdigit() else _BOOLEANS.get(value.lower(), value)
     return out
+
+
+def unknown_to_kafka_python(options: Mapping[str, str]) -> list[str]:
+    """The names in kafka.client_options that kafka-python's producer, consumer or admin client
+    has no setting for (kafka-python refuses them when a client is created)."""
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+    known = set(KafkaProducer.DEFAULT_CONFIG) & set(KafkaConsumer.DEFAULT_CONFIG) & set(KafkaAdminClient.DEFAULT_CONFIG)
+    return [name for name in options
+            if name != "sasl.jaas.config" and name.replace(".", "_") not in known]
 
 
 def librdkafka_options(options: Mapping[str, str]) -> dict[str, str]:

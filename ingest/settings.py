@@ -9,6 +9,7 @@ import multiaddr
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
 from core.config import Config, ConfigError
+from core.kafka import unknown_to_kafka_python
 from core.topics import check_pubsub_topic, shard_topic, static_shard
 from ingest.filter.settings import FilterSettings
 from ingest.host import StreamLimits
@@ -99,6 +100,11 @@ class BridgeSettings:
         if b["max_rpc_bytes"] <= limits.max_message_bytes:
             raise ConfigError(f"bridge.max_rpc_bytes: must exceed limits.max_message_bytes "
                               f"({limits.max_message_bytes}), got {b['max_rpc_bytes']}")
+        client_options = config.kafka_client_options()
+        unknown = unknown_to_kafka_python(client_options)
+        if unknown:  # kafka-python would refuse them at its first connection, looking like Kafka down
+            raise ConfigError(f"kafka.client_options: the bridge's Kafka client (kafka-python) has no setting "
+                              f"{', '.join(unknown)}")
         return cls(
             key_file=config.path("bridge.key_file"),
             listen_host=b["listen_host"],
@@ -116,7 +122,7 @@ class BridgeSettings:
             metrics_host=b["metrics_host"],
             metrics_port=b["metrics_port"],
             bootstrap_servers=config.bootstrap_servers(),
-            client_options=config.kafka_client_options(),
+            client_options=client_options,
             messages_topic=config.get("topics.messages"),
             limits=limits,
             producer_max_outstanding=b["producer_max_outstanding"],

@@ -430,10 +430,13 @@ class TailFollower:
             # Partitions are assigned, never subscribed: the group joins nothing and commits
             # nothing (librdkafka asks for a group id all the same).
             "group.id": "waku-store-tail", "enable.auto.commit": False, "enable.auto.offset.store": False,
-            # A fetch answers as soon as a record is there (an idle one after 100 ms): librdkafka's
-            # cost per fetch is in C, and the broker's measured no higher than with the 256 KiB /
-            # 10 ms the kafka-python tail needed (benchmarks.md, session 15).
-            "fetch.min.bytes": 1, "fetch.wait.max.ms": 100,
+            # A fetch answers once 256 KiB are there or 10 ms have passed: under load ~100 batches
+            # a second of ~100 records, not many of a few (the tail's cost per batch: the table
+            # check, the lock, the merges); at most 10 ms on a message's way to the tail. A fetch
+            # per record (fetch.min.bytes 1) halved the p50 alone (7.7 against 14 ms) but in the
+            # whole pipeline bridge B used 51 µs of CPU a record with this, the lowest measured
+            # (benchmarks.md, session 15).
+            "fetch.min.bytes": 256 * 1024, "fetch.wait.max.ms": 10,
             "max.partition.fetch.bytes": 4 * 1024 * 1024, "reconnect.backoff.max.ms": 1000,
             # Reaching a partition's end is reported (the tail is `ready` once every partition
             # has been read up to where it ended at start).

@@ -36,3 +36,16 @@ def test_an_option_librdkafka_does_not_know_stops_the_tail_at_start_naming_it():
     with pytest.raises(ConfigError, match="kafka.client_options: .*ssl.cafile"):
         follower.start()
     follower.stop()
+
+
+def test_the_bridge_refuses_at_start_a_name_kafka_python_has_no_setting_for(tmp_path):
+    """kafka-python refuses an unknown name only when a client is created, and the bridge's
+    producer took that for Kafka being down ("cannot reach", retrying for ever)."""
+    from ingest.settings import BridgeSettings
+
+    site = tmp_path / "site.toml"
+    site.write_text('[kafka]\nclient_options = ["security.protocol=SSL", "ssl.truststore.location=/etc/kafka/ca.jks"]\n')
+    with pytest.raises(ConfigError, match="kafka-python.* has no setting ssl.truststore.location"):
+        BridgeSettings.from_config(load_config(config_file=str(site), environ={}))
+    assert client_options({"ssl.check.hostname": "false", "request.timeout.ms": "5000"}) == \
+        {"ssl_check_hostname": False, "request_timeout_ms": 5000}
