@@ -3,11 +3,12 @@ yet committed to Delta, kept in memory so that store queries (beta2 and v3) answ
 
 - `TailFollower` (a librdkafka consumer, `confluent-kafka`, read by a daemon thread; librdkafka
   fetches on threads of its own without the GIL, so the tail keeps up while the reader's thread
-  holds the GIL after a commit: docs/decisions.md, session 15) reads every partition of the topic from where the store job's last committed
-  batch ended (its checkpoint's offset log), or `tail_lookback_s` back in time when the
-  checkpoint cannot be read. Each record goes through the store job's rules, declared once in
-  `core/validation.py` (same names, limits, order), ephemeral messages are left out, and a
-  message hash already in the Delta table is dropped (the reader's hash index).
+  holds the GIL after a commit: docs/decisions.md, session 15) reads every partition of the
+  topic from where the store job's last committed batch ended (its checkpoint's offset log), or
+  `tail_lookback_s` back in time when the checkpoint cannot be read. Each record goes through
+  the store job's rules, declared once in `core/validation.py` (same names, limits, order),
+  ephemeral messages are left out, and a message hash already in the Delta table is dropped
+  (the reader's hash index).
 - `Tail` holds the rest, one entry per message hash (the earliest receive time, as the job
   keeps per batch), indexed by (received_time, digest) overall, per content topic and per
   pubsub topic, at most `tail_max_messages` (the oldest by receive time go first).
@@ -49,6 +50,7 @@ _LIBRDKAFKA_LOG = logging.getLogger("kafka.librdkafka.store-tail")
 
 _HIGH = b"\xff" * 64  # above every digest and hash: a key's upper bound at a given Index
 Key = tuple[float, bytes, bytes]  # (received_time, digest, message_hash)
+_CHUNK = 500  # messages taken in per hold of the tail's lock
 # A message as the tail holds it: StoredMessage's fields in order, in a plain tuple. A tuple of
 # bytes, str and numbers is left out of the cyclic GC's walks once it has survived one, where a
 # StoredMessage stays in them: 200,000 of those made each full collection ~75 ms longer, a pause
@@ -60,7 +62,6 @@ _RECEIVED, _DIGEST, _PUBSUB, _CONTENT = 0, 1, 2, 3
 def _row(m: StoredMessage) -> Row:
     return (m.received_time, m.digest, m.pubsub_topic, m.content_topic, m.payload, m.version, m.timestamp, m.meta,
             m.rate_limit_proof, m.message_hash)
-_CHUNK = 500  # messages taken in per hold of the tail's lock
 
 
 @dataclass(frozen=True)

@@ -7,19 +7,21 @@ trimming after it). CPU time (time.process_time), steadier than wall-clock on sh
 
 `--kafka N`: instead, N load-generator records are put in a real (embedded) broker first, then
 the tail's real consumer thread (TailFollower) reads them: how many records a second one
-process's tail follows (wall clock, and kafka-python's own share measured alone).
+process's tail follows (wall clock), and the CPU a record of kafka-python and of librdkafka,
+each measured alone.
 
     .venv/bin/python tests/benchmarks/store_tail.py --kafka 150000 --payload-bytes 1024
 
 `--gil RATE`: how late records reach the tail while another thread of the process holds the GIL,
 as bridge B's reader does for ~0.2 s of CPU after each Delta commit. A producer process offers
-RATE records/s (the load generator's mix, each stamped with its receive time when sent); in
+RATE records/s (the load generator's mix, each stamped with the receive time at which it is
+due, generated before sending starts); in
 this process a thread runs pure Python for `--hold-ms` every 2 s (0: none), and the consumer
 under test takes each record through the tail's rules. Latency = in the consumer (decoded) -
 receive time, over every valid message offered (its first copy). The process uses the
 bridge's GC settings (`ingest.cli._quiet_gc`). Consumers: the tail as it ships (TailFollower,
-librdkafka) and, for comparison, the kafka-python loop it replaced (its settings as shipped
-until session 14).
+librdkafka) and, for comparison, the kafka-python loop it replaced (as shipped until session
+14). `--rounds N` repeats the four runs.
 
     .venv/bin/python tests/benchmarks/store_tail.py --gil 10000 --seconds 30 --hold-ms 250
 """
@@ -46,7 +48,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--hold-ms", type=float, default=250.0)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--role-producer", nargs=4, metavar=("BOOTSTRAP", "TOPIC", "RATE", "SECONDS"), help=argparse.SUPPRESS)
+    parser.add_argument("--role-producer", nargs=4, metavar=("BOOTSTRAP", "TOPIC", "RATE", "SECONDS"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role_producer:
         role_producer(*args.role_producer, payload_bytes=args.payload_bytes)
@@ -248,7 +251,8 @@ def gil_latency(rate: float, seconds: float, hold_ms: float, rounds: int, payloa
             run = {"consumer": client, "hold_ms": hold, "offered": sent, "consumed": consumed(),
                    "missing": sent - consumed(), "valid": len(xs), "p50_ms": pct(0.5), "p99_ms": pct(0.99),
                    "p999_ms": pct(0.999), "max_ms": round(xs[-1], 1) if xs else None,
-                   "consumer_cpu_s": round(cpu_s, 2), "broker_cpu_s": round(broker_cpu, 2), "load_avg": round(os.getloadavg()[0], 2)}
+                   "consumer_cpu_s": round(cpu_s, 2), "broker_cpu_s": round(broker_cpu, 2),
+                   "load_avg": round(os.getloadavg()[0], 2)}
             print(f"{client:>12}  hold {hold:5.0f} ms  p50 {run['p50_ms']} ms  p99 {run['p99_ms']} ms  "
                   f"max {run['max_ms']} ms  missing {run['missing']}  CPU {run['consumer_cpu_s']} s  "
                   f"broker CPU {run['broker_cpu_s']} s", flush=True)
