@@ -15,9 +15,9 @@ each measured alone.
 `--gil RATE`: how late records reach the tail while another thread of the process holds the GIL,
 as bridge B's reader does for ~0.2 s of CPU after each Delta commit. A producer process offers
 RATE records/s (the load generator's mix, each stamped with the receive time at which it is
-due, generated before sending starts); in
-this process a thread runs pure Python for `--hold-ms` every 2 s (0: none), and the consumer
-under test takes each record through the tail's rules. Latency = in the consumer (decoded) -
+due, generated before sending starts); in this process a thread runs pure Python for
+`--hold-ms` every 2 s (0: none), and the consumer under test takes each record through the
+tail's rules. Latency = in the consumer (decoded) -
 receive time, over every valid message offered (its first copy). The process uses the
 bridge's GC settings (`ingest.cli._quiet_gc`). Consumers: the tail as it ships (TailFollower,
 librdkafka) and, for comparison, the kafka-python loop it replaced (as shipped until session
