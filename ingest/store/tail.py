@@ -504,6 +504,8 @@ class TailFollower:
                     err = m.error()
                     if err is None:
                         records.append((m.value(), m.partition(), m.offset()))
+                        if pending and m.offset() + 1 >= ends[m.partition()]:  # read past its end at start
+                            reached.append(m.partition())
                     elif err.code() == KafkaError._PARTITION_EOF:
                         reached.append(m.partition())
                     else:
@@ -512,7 +514,6 @@ class TailFollower:
                     self._take(records)
                 if pending:
                     pending.difference_update(reached)
-                    pending = {p for p in pending if not any(r[1] == p and r[2] + 1 >= ends[p] for r in records)}
                     if not pending:
                         self.ready.set()
         finally:
