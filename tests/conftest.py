@@ -2,18 +2,12 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 
 import pytest
 
 from core.config import Config, load_config
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tools.processes import free_port
 
 
 @pytest.fixture(scope="session")

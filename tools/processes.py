@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -34,10 +35,27 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` now (the OS's pick)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _stat_cpu_s(stat: str) -> float:
+    """User + system CPU seconds from a /proc/<pid>/stat line."""
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process `pid` so far (benchmarks)."""
+    return _stat_cpu_s(Path(f"/proc/{pid}/stat").read_text())
+
+
 def group_cpu_s(pgid: int) -> float:
     """CPU seconds (user + system) of every live process in process group `pgid` (benchmarks:
     where the cores went). 0 where /proc is missing."""
-    tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not d.isdigit():
@@ -46,9 +64,8 @@ def group_cpu_s(pgid: int) -> float:
             stat = Path(f"/proc/{d}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[2]) == pgid:   # field 5 of stat: pgrp
-            total += (int(fields[11]) + int(fields[12])) / tick
+        if int(stat[stat.rindex(")") + 2:].split()[2]) == pgid:   # field 5 of stat: pgrp
+            total += _stat_cpu_s(stat)
     return total
 
 

@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,19 +32,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from core.config import REPO_ROOT
-from tools.processes import pid_alive
+from tools.processes import free_port, pid_alive
 
 DEFAULT_DIR = REPO_ROOT / "var" / "spark-cluster"
 LAUNCHES = 3  # launches of a daemon that exits at start before giving up
 log = logging.getLogger(__name__)
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def spark_class() -> str:

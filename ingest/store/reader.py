@@ -458,8 +458,9 @@ class StoreReader:
 
     def _publish(self, new: Snapshot, committed: dict[int, int] | None = None) -> None:
         """Swap in a new snapshot. With a tail: index the hashes of the new data files first,
-        then, under the tail's lock, drop those hashes from the tail and swap: a query (which
-        takes the snapshot and its tail matches under that lock) sees each message once."""
+        then hide those hashes in the tail and swap, in one brief hold of the tail's lock (a
+        query, which takes the snapshot and its tail matches under that lock, sees each message
+        once); the tail then forgets them a chunk at a time (`Tail.publish`)."""
         if self.tail is None:
             self.snapshot = new
             return
@@ -471,13 +472,11 @@ class StoreReader:
             for f in new.files:
                 if f.path not in old:
                     durable.extend(self._hashes.add_with_hashes(f.path))
-        durable_set = set(durable)  # built outside the lock
-        with self.tail.lock:
-            gone = self.tail.drop_locked(durable_set)
-            if committed and self.hashes_ready.is_set():
-                self.tail.sweep_locked(committed)
+
+        def swap() -> None:
             self.snapshot = new
-        self.tail.tidy()
+
+        gone = self.tail.publish(set(durable), swap, committed if self.hashes_ready.is_set() else None)
         if gone:
             log.debug("store tail: %d messages now in Delta version %d", gone, new.version)
 

@@ -13,10 +13,11 @@ yet committed to Delta, kept in memory so that store queries (beta2 and v3) answ
   keeps per batch), indexed by (received_time, digest) overall, per content topic and per
   pubsub topic, at most `tail_max_messages` (the oldest by receive time go first).
 - The online reader (`ingest/store/reader.py`) merges the tail's nearest matches into each
-  page in exact (receivedTime, digest) order, and when a new table version appears it drops
-  from the tail every message hash of the version's new data files *and* swaps the snapshot
-  in, under the tail's lock: a query sees each message exactly once, in the tail or in Delta,
-  never both and never neither. A message keeps its Index when it moves from the tail to Delta
+  page in exact (receivedTime, digest) order, and when a new table version appears it hides
+  in the tail every message hash of the version's new data files *and* swaps the snapshot in,
+  in one brief hold of the tail's lock (`Tail.publish`): a query sees each message exactly
+  once, in the tail or in Delta, never both and never neither. The hidden messages are then
+  forgotten a chunk at a time. A message keeps its Index when it moves from the tail to Delta
   (same receive time and digest), so cursors stay valid.
 
 Known limit: copies of one message (one hash, so one Kafka partition) with different receive
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import glob
 import json
 import logging
@@ -51,6 +53,10 @@ _LIBRDKAFKA_LOG = logging.getLogger("kafka.librdkafka.store-tail")
 _HIGH = b"\xff" * 64  # above every digest and hash: a key's upper bound at a given Index
 Key = tuple[float, bytes, bytes]  # (received_time, digest, message_hash)
 _CHUNK = 500  # messages taken in per hold of the tail's lock
+# Messages forgotten, Kafka arrivals swept and stale keys trimmed per hold of the tail's lock
+# after a commit (~1-2 ms of work): inserts and queries wait for one such hold at most, whatever
+# the commit's size (a commit of 40,000 messages held it 90 ms in one go; docs/decisions.md).
+_RELEASE_CHUNK = 2000
 # A message as the tail holds it: StoredMessage's fields in order, in a plain tuple. A tuple of
 # bytes, str and numbers is left out of the cyclic GC's walks once it has survived one, where a
 # StoredMessage stays in them: 200,000 of those made each full collection ~75 ms longer, a pause
@@ -108,7 +114,7 @@ def stored_form(value: bytes, limits: Limits, now: float) -> tuple[StoredMessage
 
 class Tail:
     """Messages not yet in Delta, one per hash. Thread-safe through `lock`, which the reader also
-    holds while it swaps in a new snapshot (and drops what that snapshot made durable)."""
+    holds while it swaps in a new snapshot and hides what that snapshot made durable (`publish`)."""
 
     def __init__(self, max_messages: int = 200_000,
                  committed: Callable[[], dict[int, int] | None] | None = None) -> None:
@@ -128,6 +134,9 @@ class Tail:
         self._by_pubsub: dict[str, list[Key]] = {}
         self._untrimmed_content: set[str] = set()
         self._untrimmed_pubsub: set[str] = set()
+        # Hashes a Delta commit made durable, not yet forgotten (`publish`): reads skip them,
+        # inserts refuse them.
+        self._hidden: set[bytes] | frozenset[bytes] = frozenset()
         # Bumped with every drop (a new snapshot): an insert checked against the table before a
         # newer snapshot was swapped in must be checked again (TailFollower).
         self.generation = 0
@@ -153,8 +162,11 @@ class Tail:
         new_all: list[Key] = []
         new_content: dict[str, list[Key]] = {}
         new_pubsub: dict[str, list[Key]] = {}
+        hidden = self._hidden
         for m in messages:
             h = m.message_hash
+            if h in hidden:
+                continue  # durable
             old = self._entries.get(h)
             if old is not None:
                 if (old[_RECEIVED], old[_DIGEST]) <= (m.received_time, m.digest):
@@ -183,7 +195,7 @@ class Tail:
             for k in self._all:
                 if len(oldest) >= over:
                     break
-                if self._live(k):
+                if self._live(k) and k[2] not in hidden:
                     oldest[k[2]] = self._entries[k[2]]
             self._remove_keys(oldest)
             self.evicted += over
@@ -209,39 +221,66 @@ class Tail:
                 rebuilt.setdefault(p, collections.deque()).append((o, h))
             self._arrivals = rebuilt
 
-    def sweep_locked(self, committed: Mapping[int, int]) -> int:
-        """Forget messages whose Kafka offset lies below the store job's committed end of their
-        partition: call after dropping what the matching snapshot holds, so what is left there
-        is what the job refused (a receive time it found in the future, a copy it had already)."""
-        gone: dict[bytes, Row] = {}
-        for partition, arrivals in self._arrivals.items():
-            end = committed.get(partition)
-            if end is None:
-                continue
-            while arrivals and arrivals[0][0] < end:
-                offset, h = arrivals.popleft()
-                if self._coords.get(h) == (partition, offset) and h in self._entries:
-                    gone[h] = self._entries[h]
-        if gone:
-            self._remove_keys(gone)
-            self.swept += len(gone)
-            log.info("store tail: %d messages below the store job's committed offsets are not in Delta "
-                     "(refused by the job): dropped", len(gone))
-        return len(gone)
-
-    def drop_locked(self, hashes: set[bytes] | frozenset[bytes]) -> int:
-        """Forget the messages with these hashes (now durable in Delta). Looks up the smaller
-        side, so a compaction's millions of hashes cost no more than the tail's size."""
+    def publish(self, durable: set[bytes] | frozenset[bytes], swap: Callable[[], None] = lambda: None,
+                committed: Mapping[int, int] | None = None) -> int:
+        """A Delta commit made the messages with these hashes durable: hide them and call `swap`
+        (the reader swaps its new snapshot in) in one brief hold of the lock, so that a query
+        sees each message once, in the tail or in Delta; then forget them, sweep (`committed`:
+        the store job's committed offsets, read before the snapshot) and trim, each a chunk at a
+        time, so inserts and queries never wait for more than one chunk. One caller at a time
+        (the reader's refresh). Returns how many messages were forgotten."""
+        with self.lock:
+            self.generation += 1
+            self._hidden = durable
+            swap()
+            # Look up the smaller side, so a compaction's millions of hashes cost no more than
+            # the tail's size.
+            candidates = list(durable) if len(durable) <= len(self._entries) else list(self._entries)
+        gone = 0
         entries = self._entries
-        if len(hashes) <= len(entries):
-            gone = {h: entries[h] for h in hashes if h in entries}
-        else:
-            gone = {h: m for h, m in entries.items() if h in hashes}
-        self.generation += 1
-        if gone:
-            self._remove_keys(gone, trim=False)
-            self.dropped += len(gone)
-        return len(gone)
+        for i in range(0, len(candidates), _RELEASE_CHUNK):
+            with self.lock:
+                chunk = {h: entries[h] for h in candidates[i:i + _RELEASE_CHUNK] if h in durable and h in entries}
+                if chunk:
+                    self._remove_keys(chunk, trim=False)
+            gone += len(chunk)
+            _let_waiters_in()
+        with self.lock:
+            self._hidden = frozenset()
+        self.dropped += gone
+        if committed:
+            self._sweep(committed)
+        self.tidy()
+        return gone
+
+    def _sweep(self, committed: Mapping[int, int]) -> int:
+        """Forget messages whose Kafka offset lies below the store job's committed end of their
+        partition: called after forgetting what the matching snapshot holds, so what is left
+        there is what the job refused (a receive time it found in the future, a copy it had
+        already)."""
+        swept, more = 0, True
+        while more:
+            gone: dict[bytes, Row] = {}
+            more = False
+            with self.lock:
+                for partition, arrivals in self._arrivals.items():
+                    end = committed.get(partition)
+                    while end is not None and arrivals and arrivals[0][0] < end:
+                        if len(gone) >= _RELEASE_CHUNK:
+                            more = True
+                            break
+                        offset, h = arrivals.popleft()
+                        if self._coords.get(h) == (partition, offset) and h in self._entries:
+                            gone[h] = self._entries[h]
+                if gone:
+                    self._remove_keys(gone, trim=False)
+            swept += len(gone)
+            _let_waiters_in()
+        if swept:
+            self.swept += swept
+            log.info("store tail: %d messages below the store job's committed offsets are not in Delta "
+                     "(refused by the job): dropped", swept)
+        return swept
 
     def _live(self, key: Key) -> bool:
         return self._keys.get(key[2]) is key
@@ -250,7 +289,7 @@ class Tail:
         """Forget entries. Their keys stay in the sorted lists as stale ones (skipped by reads):
         trimmed off the front of the lists concerned (commits take the oldest first), and all
         lists are rebuilt once stale keys outnumber live ones. trim False: leave that to
-        `tidy()` (a commit's drop holds the lock only for its dictionary deletes)."""
+        `tidy()` (a commit's release holds the lock only for its dictionary deletes)."""
         for h in gone:
             del self._entries[h]
             del self._keys[h]
@@ -263,34 +302,53 @@ class Tail:
             self._untrimmed_pubsub.update(r[_PUBSUB] for r in gone.values())
 
     def tidy(self) -> None:
-        """Trim the lists a drop left stale keys in (takes the lock)."""
+        """Trim the lists that forgotten messages left stale keys in, `_RELEASE_CHUNK` keys per
+        hold of the lock (takes it)."""
         with self.lock:
             contents, pubsubs = self._untrimmed_content, self._untrimmed_pubsub
             self._untrimmed_content, self._untrimmed_pubsub = set(), set()
-            self._trim_lists(contents, pubsubs)
+        self._trim_lists(contents, pubsubs, locking=True)
 
-    def _trim_lists(self, contents: set[str], pubsubs: set[str]) -> None:
-        self._stale -= self._trim(self._all)
-        for index, names in ((self._by_content, contents), (self._by_pubsub, pubsubs)):
-            for name in names:
-                lst = index.get(name)
-                if lst is not None:
-                    self._trim(lst)
-                    if not lst:
+    def _trim_lists(self, contents: set[str], pubsubs: set[str], locking: bool = False) -> None:
+        """Trim the stale keys off the front of the overall list and of the named topics' lists;
+        rebuild every list once stale keys outnumber live ones. locking: take the lock for each
+        `_RELEASE_CHUNK` keys (else the caller holds it)."""
+        hold = self.lock if locking else contextlib.nullcontext()
+        budget = _RELEASE_CHUNK if locking else math.inf
+        work: list[tuple[dict[str, list[Key]] | None, str]] = [(None, "")]
+        work += [(self._by_content, name) for name in contents]
+        work += [(self._by_pubsub, name) for name in pubsubs]
+        i = 0
+        while i < len(work):
+            with hold:
+                spent = 0
+                while i < len(work) and spent < budget:
+                    index, name = work[i]
+                    lst = self._all if index is None else index.get(name)
+                    n = self._trim(lst, budget - spent) if lst is not None else 0
+                    if index is None:
+                        self._stale -= n
+                    elif lst is not None and not lst:
                         del index[name]
-        if self._stale > max(len(self._entries), 10_000):
-            live = self._live
-            self._all = [k for k in self._all if live(k)]
-            for index in (self._by_content, self._by_pubsub):
-                for name in list(index):
-                    index[name] = [k for k in index[name] if live(k)]
-                    if not index[name]:
-                        del index[name]
-            self._stale = 0
+                    if lst is None or n < budget - spent:
+                        i += 1  # done with this list
+                    spent += n + 1
+            if locking:
+                _let_waiters_in()
+        with hold:
+            if self._stale > max(len(self._entries), 10_000):
+                live = self._live
+                self._all = [k for k in self._all if live(k)]
+                for index in (self._by_content, self._by_pubsub):
+                    for name in list(index):
+                        index[name] = [k for k in index[name] if live(k)]
+                        if not index[name]:
+                            del index[name]
+                self._stale = 0
 
-    def _trim(self, lst: list[Key]) -> int:
-        """Drop stale keys off the front of `lst`; how many."""
-        i, n, keys = 0, len(lst), self._keys
+    def _trim(self, lst: list[Key], budget: float = math.inf) -> int:
+        """Drop stale keys off the front of `lst`, at most `budget`; how many."""
+        i, n, keys = 0, min(len(lst), budget), self._keys
         while i < n and keys.get(lst[i][2]) is not lst[i]:
             i += 1
         if i:
@@ -301,7 +359,7 @@ class Tail:
 
     def get_locked(self, message_hash: bytes) -> StoredMessage | None:
         row = self._entries.get(message_hash)
-        return None if row is None else StoredMessage(*row)
+        return None if row is None or message_hash in self._hidden else StoredMessage(*row)
 
     def nearest_locked(self, query: StoreQuery, n: int) -> list[StoredMessage]:
         """The (at most) n matching messages nearest to the cursor, in no particular order."""
@@ -314,7 +372,7 @@ class Tail:
         else:
             lists = [self._all]
         out: list[StoredMessage] = []
-        live = self._keys
+        live, hidden = self._keys, self._hidden
         c = query.cursor
         for lst in lists:
             if query.forward:
@@ -325,8 +383,8 @@ class Tail:
                 keys = (lst[j] for j in range(i - 1, -1, -1))
             got = 0
             for key in keys:
-                if live.get(key[2]) is not key:
-                    continue  # stale
+                if live.get(key[2]) is not key or key[2] in hidden:
+                    continue  # stale, or durable
                 row = self._entries[key[2]]
                 if query.pubsub_topic and row[_PUBSUB] != query.pubsub_topic:
                     continue
@@ -341,7 +399,8 @@ class Tail:
 
     def snapshot(self) -> list[StoredMessage]:
         with self.lock:
-            return [StoredMessage(*self._entries[k[2]]) for k in self._all if self._live(k)]
+            hidden = self._hidden
+            return [StoredMessage(*self._entries[k[2]]) for k in self._all if self._live(k) and k[2] not in hidden]
 
 
 def committed_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
@@ -413,10 +472,16 @@ class TailFollower:
             self._consumer = None
 
     def _run(self) -> None:
+        from confluent_kafka import KafkaException
+
         while not self._stop.is_set():
             try:
                 self._loop()
                 return
+            except KafkaException as exc:  # Kafka's answer (e.g. a partition's leader moving): no traceback
+                log.warning("store tail: Kafka: %s; starting again in 2 s", exc.args[0].str())
+                self.failed = exc
+                self._stop.wait(2.0)
             except Exception as exc:  # noqa: BLE001 - logged, then started again (from its start position)
                 log.error("store tail consumer failed, restarting in 2 s: %s: %s", type(exc).__name__, exc,
                           exc_info=True)
@@ -588,6 +653,16 @@ class TailFollower:
                 if self._stop.wait(0.2 * (attempt + 1)):
                     break
         return set()
+
+
+def _let_waiters_in() -> None:
+    """Between two holds of the tail's lock by a long release: sleep a moment (giving up the
+    GIL), so that a thread woken when the lock was let go (an insert, a query) takes it before
+    this one does again. Python's locks are not fair: without this, the releasing thread took the
+    lock back chunk after chunk and a query waited for the whole release (page max 137-210 ms
+    at commits of 40,000 messages, against 62-96 ms with it; benchmarks.md, session 16). ~0.25 ms
+    a pause, ~100 pauses for such a commit."""
+    time.sleep(0.0002)
 
 
 def _merge(lst: list[Key], keys: list[Key]) -> None:

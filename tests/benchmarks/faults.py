@@ -42,7 +42,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -54,6 +53,8 @@ from typing import Any, Callable
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
+from tools.processes import free_port  # noqa: E402
+
 CT = "/faults/1/load/proto"
 PUBSUB = "/waku/2/default-waku/proto"
 ROLES = ("relay", "lightpush", "subscribers", "walker")
@@ -61,12 +62,6 @@ ROLES = ("relay", "lightpush", "subscribers", "walker")
 
 def log(msg: str) -> None:
     print(f"[faults {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------------------------

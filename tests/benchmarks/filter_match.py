@@ -47,7 +47,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -57,6 +56,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
+
+from tools.processes import free_port  # noqa: E402
 
 PT = "/waku/2/default-waku/proto"
 POPULAR = "/bench/1/popular/proto"
@@ -75,12 +76,6 @@ def new_topic(i: int) -> str:
 
 def synth_topic(i: int) -> str:
     return f"/bench/1/t{i}/proto"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def log(msg: str) -> None:

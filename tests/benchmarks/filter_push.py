@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,18 +38,14 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
+from tools.processes import free_port  # noqa: E402
+
 PUBSUB_TOPIC = "/waku/2/default-waku/proto"
 FANOUT_TOPIC = "/bench/1/all/proto"
 
 
 def peer_topic(i: int) -> str:
     return f"/bench/1/p{i}/proto"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def say(msg: str) -> None:

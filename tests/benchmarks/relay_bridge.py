@@ -24,7 +24,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,15 +35,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 from tools.embedded_kafka import EmbeddedKafka  # noqa: E402
-from tools.processes import start_bridge, start_publisher  # noqa: E402
+from tools.processes import free_port, start_bridge, start_publisher  # noqa: E402
 
 TOPIC = "waku.messages"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int) -> dict[str, float]:

@@ -83,7 +83,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -94,6 +93,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tools.processes import free_port  # noqa: E402
+
 TOPIC = "waku.messages"
 PROBE_PUBSUB = "/waku/2/rs/1/0"
 PROBE_CT = "/bench/1/probe/proto"
@@ -101,12 +102,6 @@ PROBE_CT = "/bench/1/probe/proto"
 
 def log(msg: str) -> None:
     print(f"[store_ingest {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -126,7 +121,8 @@ def finite(x: float, digits: int) -> float | None:
 # ---------------------------------------------------------------------------------------------
 
 def role_producer(spec: dict) -> None:
-    """Offer spec['rate'] records/s for spec['seconds'] from spec['start_at'] (wall clock).
+    """Offer spec['rate'] records/s for spec['seconds'] from spec['start_at'] (wall clock), to
+    spec['topic'] (default waku.messages). Also store_tail.py's producer.
 
     The records (the load generator's mix) are generated before the load starts, each stamped
     with the receive time at which it is due, so generating them (~12 µs a record in Python) is
@@ -143,6 +139,7 @@ def role_producer(spec: dict) -> None:
     # Warm-up records are sent first at the same rate, not counted: spec['warmup_s'] of them, or
     # with spec['measure_file'] (an adaptive warm-up) at most that many, until the harness
     # writes the wall-clock time at which the measured window begins into that file.
+    topic = spec.get("topic", TOPIC)
     warm = int(rate * spec.get("warmup_s", 0.0))
     count = warm + int(rate * seconds)
     measure_file = Path(spec["measure_file"]) if spec.get("measure_file") else None
@@ -185,7 +182,7 @@ def role_producer(spec: dict) -> None:
         while sent < due:
             r = records[sent]
             try:
-                produce(TOPIC, r.value, r.key)
+                produce(topic, r.value, r.key)
             except BufferError:  # librdkafka's queue is full: serve it, then retry
                 p.poll(0.005)
                 continue

@@ -1,7 +1,8 @@
 """CPU cost of the store service's fresh tail (ingest/store/tail.py), in-process, no Kafka:
 decoding + validating + hashing a record (core/validation.py), taking messages in, answering a
-page, and dropping a commit's worth of messages (the part done under the tail's lock, then the
-trimming after it). CPU time (time.process_time), steadier than wall-clock on shared cores.
+page, and releasing a commit's worth of messages (`Tail.publish`: all of it, and the longest
+single hold of the tail's lock). CPU time (time.process_time), steadier than wall-clock on shared
+cores; the lock's holds in wall-clock time.
 
     .venv/bin/python tests/benchmarks/store_tail.py [--records 50000] [--commit 10000]
 
@@ -28,13 +29,16 @@ librdkafka) and, for comparison, the kafka-python loop it replaced (as shipped u
 from __future__ import annotations
 
 import argparse
+import collections
 import json
+import threading
 import time
 
 from core.store_page import StoreQuery
 from core.validation import Limits
 from ingest.store.tail import Tail, stored_form
 from tools.loadgen import LoadGenerator, LoadProfile
+from tools.processes import free_port, proc_cpu_s
 
 
 def main() -> None:
@@ -48,14 +52,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--hold-ms", type=float, default=250.0)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--role-producer", nargs=4, metavar=("BOOTSTRAP", "TOPIC", "RATE", "SECONDS"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--commit-s", type=float, default=0.0, metavar="S",
+                        help="--gil: the tail alone, with a commit every S s and a page asked every 10 ms")
     args = parser.parse_args()
-    if args.role_producer:
-        role_producer(*args.role_producer, payload_bytes=args.payload_bytes)
-        return
     if args.gil:
-        gil_latency(args.gil, args.seconds, args.hold_ms, args.rounds, args.payload_bytes)
+        gil_latency(args.gil, args.seconds, args.hold_ms, args.rounds, args.payload_bytes, args.commit_s)
         return
     if args.kafka:
         follow_kafka(args.kafka, args.payload_bytes)
@@ -80,25 +81,54 @@ def main() -> None:
             tail.nearest_locked(StoreQuery(content_topics=(topic,), forward=False, page_size=20), 20)
     page_ms = (time.process_time() - c) / 2000 * 1e3
     durable = {m.message_hash for m in good[:args.commit]}
+    tail.lock = TimedLock()
     c = time.process_time()
-    with tail.lock:
-        tail.drop_locked(durable)
-    locked_ms = (time.process_time() - c) * 1e3
-    c = time.process_time()
-    tail.tidy()
-    tidy_ms = (time.process_time() - c) * 1e3
+    tail.publish(durable)
+    publish_ms = (time.process_time() - c) * 1e3
     print(json.dumps({"benchmark": "store_tail", "records": len(records), "tail": len(good),
                       "decode_validate_hash_us": round(decode_us, 2), "add_us": round(add_us, 2),
-                      "page_ms": round(page_ms, 4), "commit": len(durable), "drop_locked_ms": round(locked_ms, 1),
-                      "tidy_ms": round(tidy_ms, 1)}))
+                      "page_ms": round(page_ms, 4), "commit": len(durable), "publish_ms": round(publish_ms, 1),
+                      "publish_holds": len(tail.lock.holds), "longest_hold_ms": round(max(tail.lock.holds) * 1e3, 2)}))
 
 
-def free_port() -> int:
-    import socket
+class GcPauses:
+    """Full (generation 2) collections of this process, and how long each paused it."""
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    def __init__(self) -> None:
+        import gc
+
+        self.times: list[float] = []
+        self._began = 0.0
+        gc.callbacks.append(self._note)
+
+    def _note(self, phase: str, info: dict) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                self._began = time.perf_counter()
+            else:
+                self.times.append(time.perf_counter() - self._began)
+
+    def reset(self) -> None:
+        self.times = []
+
+    def figures(self) -> dict:
+        return {"gc_full": len(self.times), "gc_full_max_ms": round(max(self.times, default=0) * 1e3, 1)}
+
+
+class TimedLock:
+    """A lock that records how long each hold lasted (wall clock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.holds: list[float] = []
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self._began = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.holds.append(time.perf_counter() - self._began)
+        self._lock.release()
 
 
 def follow_kafka(n: int, payload_bytes: int) -> None:
@@ -163,36 +193,12 @@ def follow_kafka(n: int, payload_bytes: int) -> None:
         broker.stop()
 
 
-def role_producer(bootstrap: str, topic: str, rate: str, seconds: str, payload_bytes: int) -> None:
-    """Offer `rate` records/s for `seconds` (librdkafka, acks=all). The records are generated
-    first, each stamped with the receive time at which it is due, then sent on schedule; prints
-    "ready" when sending starts, the count sent (0: some undelivered) last."""
-    from confluent_kafka import Producer
-
-    gen = LoadGenerator(LoadProfile(payload_bytes=payload_bytes, seed=5))
-    rate_f, count = float(rate), int(float(rate) * float(seconds))
-    start_at = time.time() + 2.0 + count * 20e-6  # generating takes ~12 µs a record
-    records = [gen.next(start_at + i / rate_f) for i in range(count)]
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "partitioner": "murmur2_random"})
-    time.sleep(max(0.0, start_at - time.time()))
-    print("ready", flush=True)
-    sent = 0
-    while sent < count:
-        due = min(count, int((time.time() - start_at) * rate_f) + 1)
-        while sent < due:
-            p.produce(topic, records[sent].value, records[sent].key)
-            sent += 1
-        p.poll(0)
-        time.sleep(0.004)
-    print(p.flush(30) == 0 and sent, flush=True)
-
-
-def gil_latency(rate: float, seconds: float, hold_ms: float, rounds: int, payload_bytes: int) -> None:
+def gil_latency(rate: float, seconds: float, hold_ms: float, rounds: int, payload_bytes: int,
+                commit_s: float = 0.0) -> None:
     import os
     import subprocess
     import sys
     import tempfile
-    import threading
     from pathlib import Path
 
     from core.kafka import ensure_topics
@@ -200,75 +206,148 @@ def gil_latency(rate: float, seconds: float, hold_ms: float, rounds: int, payloa
     from tools.embedded_kafka import EmbeddedKafka
 
     repo = Path(__file__).resolve().parents[2]
-    broker = EmbeddedKafka(data_dir=Path(tempfile.mkdtemp(prefix="waku-bench-tail-")) / "kafka", port=free_port(),
-                           controller_port=free_port(), jar_dir=repo / ".cache/jars/kafka", heap="-Xmx1g")
+    tmp = Path(tempfile.mkdtemp(prefix="waku-bench-tail-"))
+    broker = EmbeddedKafka(data_dir=tmp / "kafka", port=free_port(), controller_port=free_port(),
+                           jar_dir=repo / ".cache/jars/kafka", heap="-Xmx1g")
     broker.start()
     from ingest.cli import _quiet_gc
 
     _quiet_gc()  # as `waku-bridge run` does once started
+    pauses = GcPauses()
     runs = []
     try:
         for n, (client, hold) in enumerate([(c, h) for _ in range(rounds) for h in (0.0, hold_ms)
-                                            for c in ("kafka-python", "tail")]):
+                                            for c in (("tail",) if commit_s else ("kafka-python", "tail"))]):
             topic = f"bench.gil.{n}"
             ensure_topics(broker.bootstrap_servers, {topic: 4})
             late: list[float] = []
             seen: set[bytes] = set()
             stop = threading.Event()
+            arrived: collections.deque[tuple[float, bytes]] = collections.deque()
             if client == "tail":
                 class TimedTail(Tail):
                     def add_locked(self, messages, coords):  # noqa: ANN001 - Tail's signature
                         messages = list(messages)
                         note_first_copies(messages, seen, late)
+                        if commit_s:
+                            now = time.monotonic()
+                            arrived.extend((now, m.message_hash) for m in messages)
                         return super().add_locked(messages, coords)
 
+                tail = TimedTail(10_000_000)
                 follower = TailFollower(TailSettings(broker.bootstrap_servers, topic=topic, lookback_s=0),
-                                        TimedTail(10_000_000), lambda hashes: set())
+                                        tail, lambda hashes: set())
                 follower.start()
                 follower.ready.wait(30)
                 consumed, finish = (lambda: follower.consumed), follower.stop
+                if commit_s:
+                    committer = Committer(tail, arrived, commit_s, stop)
             else:
                 consumed, finish = kafka_python_loop(broker.bootstrap_servers, topic, seen, late, stop)
             holder = threading.Thread(target=hold_gil, args=(stop, hold / 1000, 2.0), daemon=True)
             if hold:
                 holder.start()
             cpu, broker_cpu = time.process_time(), proc_cpu_s(broker.pid)
-            prod = subprocess.Popen([sys.executable, __file__, "--role-producer", broker.bootstrap_servers, topic,
-                                     str(rate), str(seconds), "--payload-bytes", str(payload_bytes)],
-                                    stdout=subprocess.PIPE, text=True, cwd=repo)
-            prod.stdout.readline()
-            sent = int(prod.stdout.readline() or 0)
-            prod.wait()
+            pauses.reset()
+            # store_ingest.py's producer role: the records are generated first (~12 µs each),
+            # each stamped with the receive time at which it is due, then sent on schedule.
+            count = int(rate * seconds)
+            spec = {"bootstrap": broker.bootstrap_servers, "topic": topic, "rate": rate, "seconds": seconds,
+                    "start_at": time.time() + 2.0 + count * 20e-6, "payload_bytes": payload_bytes, "seed": 5,
+                    "out": str(tmp / f"producer-{n}.json")}
+            subprocess.run([sys.executable, str(repo / "tests/benchmarks/store_ingest.py"), "--role", "producer",
+                            "--spec", json.dumps(spec)], cwd=repo, check=True)
+            produced = json.loads(Path(spec["out"]).read_text())
+            sent = produced["sent"] - produced["undelivered"]
             deadline = time.monotonic() + 10
             while consumed() < sent and time.monotonic() < deadline:
                 time.sleep(0.05)
             stop.set()
             finish()
+            if commit_s:
+                committer.join()
             cpu_s = time.process_time() - cpu - (hold / 1000 * seconds / 2.0 if hold else 0.0)
             broker_cpu = proc_cpu_s(broker.pid) - broker_cpu
             xs = sorted(x * 1000 for x in late)
             pct = (lambda q: round(xs[min(len(xs) - 1, int(q * len(xs)))], 1)) if xs else (lambda q: None)
-            run = {"consumer": client, "hold_ms": hold, "offered": sent, "consumed": consumed(),
-                   "missing": sent - consumed(), "valid": len(xs), "p50_ms": pct(0.5), "p99_ms": pct(0.99),
+            run = {"consumer": client, "hold_ms": hold, "offered": produced["sent"],
+                   "undelivered": produced["undelivered"], "consumed": consumed(),
+                   "missing": produced["sent"] - consumed(), "valid": len(xs), "p50_ms": pct(0.5), "p99_ms": pct(0.99),
                    "p999_ms": pct(0.999), "max_ms": round(xs[-1], 1) if xs else None,
                    "consumer_cpu_s": round(cpu_s, 2), "broker_cpu_s": round(broker_cpu, 2),
-                   "load_avg": round(os.getloadavg()[0], 2)}
+                   "load_avg": round(os.getloadavg()[0], 2), **pauses.figures()}
             print(f"{client:>12}  hold {hold:5.0f} ms  p50 {run['p50_ms']} ms  p99 {run['p99_ms']} ms  "
                   f"max {run['max_ms']} ms  missing {run['missing']}  CPU {run['consumer_cpu_s']} s  "
-                  f"broker CPU {run['broker_cpu_s']} s", flush=True)
+                  f"broker CPU {run['broker_cpu_s']} s; full GC {run['gc_full']}, longest "
+                  f"{run['gc_full_max_ms']} ms", flush=True)
+            if commit_s:
+                run.update(committer.figures())
+                print(f"{'':>12}  commits {run['commits']} of p50 {run['commit_p50']} messages; a page "
+                      f"(lock wait included) p50 {run['page_p50_ms']} ms  p99 {run['page_p99_ms']} ms  "
+                      f"max {run['page_max_ms']} ms", flush=True)
             runs.append(run)
     finally:
         broker.stop()
-    print(json.dumps({"benchmark": "store_tail", "mode": "gil", "rate": rate, "seconds": seconds, "runs": runs}))
+    print(json.dumps({"benchmark": "store_tail", "mode": "gil", "rate": rate, "seconds": seconds,
+                      "commit_s": commit_s, "runs": runs}))
 
 
-def proc_cpu_s(pid: int) -> float:
-    import os
-    from pathlib import Path
+def commit(tail: Tail, durable: set[bytes]) -> None:
+    """What the store service's reader does with the tail when a Delta commit holds `durable`."""
+    tail.publish(durable)
 
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+class Committer:
+    """Stands for the store job and the reader: every `every_s` the messages taken into the tail
+    more than a second before are committed (`commit`), as a Delta commit of a store-job batch
+    makes them durable; meanwhile a prober asks the tail for a page of the busiest content topic
+    every 10 ms, as the reader does for every query (the tail's lock, then its nearest matches),
+    timing each, lock wait included."""
+
+    def __init__(self, tail: Tail, arrived: collections.deque, every_s: float, stop: threading.Event) -> None:
+        self.tail, self.arrived, self.every_s, self.stop = tail, arrived, every_s, stop
+        self.sizes: list[int] = []
+        self.pages: list[float] = []
+        self.threads = [threading.Thread(target=self._commits, daemon=True),
+                        threading.Thread(target=self._probe, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _commits(self) -> None:
+        while not self.stop.wait(self.every_s):
+            upto, durable = time.monotonic() - 1.0, set()
+            while self.arrived and self.arrived[0][0] < upto:
+                durable.add(self.arrived.popleft()[1])
+            self.sizes.append(len(durable))
+            commit(self.tail, durable)
+
+    def _probe(self) -> None:
+        topic = None
+        while not self.stop.wait(0.01):
+            if topic is None:
+                if not self.arrived:
+                    continue
+                with self.tail.lock:
+                    m = self.tail.get_locked(self.arrived[0][1])
+                if m is None:
+                    continue
+                topic = m.content_topic
+            began = time.perf_counter()
+            with self.tail.lock:
+                self.tail.nearest_locked(StoreQuery(content_topics=(topic,), forward=False, page_size=20), 20)
+            self.pages.append(time.perf_counter() - began)
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(10)
+
+    def figures(self) -> dict:
+        xs = sorted(x * 1000 for x in self.pages)
+        pct = (lambda q: round(xs[min(len(xs) - 1, int(q * len(xs)))], 2)) if xs else (lambda q: None)
+        sizes = sorted(self.sizes)
+        return {"commits": len(sizes), "commit_p50": sizes[len(sizes) // 2] if sizes else 0,
+                "pages": len(xs), "page_p50_ms": pct(0.5), "page_p99_ms": pct(0.99),
+                "page_max_ms": round(xs[-1], 2) if xs else None}
 
 
 def note_first_copies(messages: list, seen: set[bytes], late: list[float]) -> None:
@@ -295,7 +374,6 @@ def hold_gil(stop, hold_s: float, every_s: float) -> None:  # noqa: ANN001 - a t
 def kafka_python_loop(bootstrap: str, topic: str, seen: set[bytes], late: list[float], stop):  # noqa: ANN001, ANN201
     """The tail's kafka-python consumer loop as shipped until session 14 (same fetch settings),
     taking each record through the tail's rules."""
-    import threading
 
     from kafka import KafkaConsumer, TopicPartition
 

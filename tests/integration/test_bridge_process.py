@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from ingest.publisher import Publisher
-from tools.processes import REPO_ROOT, start_bridge, start_publisher
+from tools.processes import REPO_ROOT, free_port, start_bridge, start_publisher
 
 pytestmark = pytest.mark.integration
 
@@ -35,12 +35,6 @@ def count_records(bootstrap: str, topic: str) -> int:
         return sum(consumer.end_offsets(parts).values())
     finally:
         consumer.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def overrides(kafka: str, topic: str, tmp_path, *extra: str) -> list[str]:

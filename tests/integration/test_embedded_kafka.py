@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tools.embedded_kafka import DEFAULT_JAR_DIR, EmbeddedKafka, EmbeddedKafkaError, port_in_use
+from tools.processes import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -25,12 +26,6 @@ FAST_JVM = ["-XX:TieredStopAtLevel=1"]  # C1 only: a quicker start for a short-l
 needs_broker = pytest.mark.skipif(
     not any(DEFAULT_JAR_DIR.glob("kafka_2.13-*.jar")), reason="Kafka jars not set up (make setup)"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def two_free_ports() -> tuple[int, int]:

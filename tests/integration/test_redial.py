@@ -9,7 +9,6 @@ bridge now dial through `dial`, which lets their own retry policy decide."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from libp2p.custom_types import TProtocol
 
 from ingest.filter.client import FilterClient
 from ingest.store.client import StoreClient
+from tools.processes import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,12 +44,6 @@ async def main():
 
 trio.run(main)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(port: int) -> tuple[subprocess.Popen, str]:

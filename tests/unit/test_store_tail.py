@@ -328,3 +328,46 @@ def test_the_tail_gives_back_each_message_as_taken_in_and_holds_it_outside_the_g
         assert [tail.get_locked(m.message_hash) for m in messages] == messages
     assert sorted(tail.snapshot(), key=lambda m: m.index) == sorted(messages, key=lambda m: m.index)
     assert not any(gc.is_tracked(row) for row in tail._entries.values())
+
+
+def test_a_commits_release_lets_the_lock_go_between_chunks_and_each_message_shows_once(tmp_path, monkeypatch):
+    """A commit's messages leave the tail a chunk at a time (the lock is let go in between, so
+    inserts and queries never wait for the whole release); at every point between two chunks
+    a walk sees each message exactly once, and a copy of a committed message is not taken in
+    again."""
+    import ingest.store.tail as tail_module
+
+    seed, rnd = seeded()
+    rows = sorted(random_rows(rnd, 200), key=lambda r: (r["received_time"], r["digest"]))
+    path = str(tmp_path / "t")
+    write_table(path, rows[:40], rnd, files=1)
+    committed: dict[int, int] = {}
+    tail = Tail(committed=lambda: dict(committed))
+    reader = fresh_reader(path, tail)
+    fresh = rows[40:]
+    with tail.lock:
+        tail.add_locked((StoredMessage.from_mapping(r) for r in fresh),
+                        {r["message_hash"]: (0, i) for i, r in enumerate(fresh)})
+    stored = fresh[:100]
+    pauses = []
+
+    def between_chunks() -> None:
+        assert not tail.lock.locked()
+        pubsub, contents = random_filters(rnd)
+        check_paging(reader.query, rows, pubsub, contents, rnd.random() < 0.5, rnd.choice((3, 20)), None)
+        if len(tail) > len(fresh) - len(stored):  # still forgetting the commit's messages
+            again = rnd.choice(stored)
+            add(tail, [dict(again, received_time=again["received_time"] - 1.0)])  # an earlier copy
+            with tail.lock:
+                assert tail.get_locked(again["message_hash"]) is None, f"seed {seed}"
+        pauses.append(len(tail))
+
+    monkeypatch.setattr(tail_module, "_RELEASE_CHUNK", 7)
+    monkeypatch.setattr(tail_module, "_let_waiters_in", between_chunks)
+    commit(path, stored)
+    committed[0] = 100
+    reader.refresh()
+    assert len(pauses) > 100 // 7, f"seed {seed}"  # the release and the trims, 7 keys a hold
+    assert any(n > len(fresh) - len(stored) for n in pauses)
+    assert tail.dropped == len(stored) and len(tail) == len(fresh) - len(stored)
+    check_paging(reader.query, rows, "", (), True, 20, None)
