@@ -659,8 +659,8 @@ def _let_waiters_in() -> None:
     """Between two holds of the tail's lock by a long release: sleep a moment (giving up the
     GIL), so that a thread woken when the lock was let go (an insert, a query) takes it before
     this one does again. Python's locks are not fair: without this, the releasing thread took the
-    lock back chunk after chunk and a query waited for the whole release (page max 137-210 ms
-    at commits of 40,000 messages, against 62-96 ms with it; benchmarks.md, session 16). ~0.25 ms
+    lock back chunk after chunk and a query waited for most of the release (page max 152-157 ms
+    at commits of 40,000 messages, against 50-83 ms with it; benchmarks.md, session 16). ~0.25 ms
     a pause, ~100 pauses for such a commit."""
     time.sleep(0.0002)
 
