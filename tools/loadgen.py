@@ -21,6 +21,12 @@ from core.message import message_hash
 from schemas import pipeline_records_pb2 as pr
 from schemas import waku_message_pb2 as wm
 
+# Time to leave per record before a paced producer that generates its records first (each
+# stamped with the receive time at which it is due) starts sending: ~15 µs each idle, more on
+# cores shared with the rest of a benchmark. A producer that starts late stamps receive times in
+# the past (docs/benchmarks.md, session 16).
+GENERATE_S_PER_RECORD = 40e-6
+
 INVALID_KINDS = ["undecodable", "missing_message", "empty_pubsub_topic", "empty_content_topic",
                  "oversized_message", "oversized_meta", "bad_received_time", "timestamp_skew"]
 

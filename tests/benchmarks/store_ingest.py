@@ -628,7 +628,7 @@ def main() -> int:
 
     from core.kafka import ensure_topics
     from tools.embedded_kafka import EmbeddedKafka
-    from tools.loadgen import LoadGenerator, LoadProfile, produce
+    from tools.loadgen import GENERATE_S_PER_RECORD, LoadGenerator, LoadProfile, produce
     from tools.processes import group_cpu_s, start_bridge
 
     load_start = os.getloadavg()
@@ -691,15 +691,15 @@ def main() -> int:
         log(f"start-up: first commit {results['startup_s']} s after spark-submit; load starts")
 
         per = args.rate / args.producers
-        # The producers generate their records first (~15 µs each idle, all sharing the cores
-        # with the store job's start). Room for 40 µs each: a producer that starts late stamps
-        # its records seconds in the past, and two producers late by different amounts offer
-        # receive times seconds apart (up to 14.8 s late with 20 µs), which the tail's sorted
-        # lists pay for on every insert (docs/benchmarks.md, session 16).
+        # The producers generate their records first, all sharing the cores with the store
+        # job's start. A producer that starts late stamps its records seconds in the past, and
+        # two producers late by different amounts offer receive times seconds apart (up to
+        # 14.8 s late with 20 µs a record), which the tail's sorted lists pay for on every
+        # insert (docs/benchmarks.md, session 16).
         warmup = args.warmup  # with --warmup-until-lag: the longest warm-up
         adaptive = args.warmup_until_lag is not None
-        start_at = (time.time() + 3.0
-                    + per * (seconds + warmup) * 40e-6 * args.producers / (os.cpu_count() or 2))
+        start_at = (time.time() + 3.0 + per * (seconds + warmup) * GENERATE_S_PER_RECORD * args.producers
+                    / (os.cpu_count() or 2))
         for i in range(args.producers):
             spec = {"bootstrap": bootstrap, "rate": per, "seconds": seconds, "seed": 100 + i, "warmup_s": warmup,
                     "payload_bytes": args.payload_bytes, "start_at": start_at,

@@ -22,9 +22,15 @@ tail's rules. Latency = in the consumer (decoded) -
 receive time, over every valid message offered (its first copy). The process uses the
 bridge's GC settings (`ingest.cli._quiet_gc`). Consumers: the tail as it ships (TailFollower,
 librdkafka) and, for comparison, the kafka-python loop it replaced (as shipped until session
-14). `--rounds N` repeats the four runs.
+14). `--rounds N` repeats the four runs. Full GC collections of the process are counted.
 
     .venv/bin/python tests/benchmarks/store_tail.py --gil 10000 --seconds 30 --hold-ms 250
+
+`--commit-s S` (with `--gil`): the tail alone, with commits. Every S s the messages taken in
+more than a second before are released as a Delta commit releases them (`Tail.publish`), and a
+prober asks the tail for a 20-message page every 10 ms, timing the lock wait and the page.
+
+    .venv/bin/python tests/benchmarks/store_tail.py --gil 10000 --seconds 30 --commit-s 4 --hold-ms 0 --rounds 2
 """
 from __future__ import annotations
 
@@ -37,7 +43,7 @@ import time
 from core.store_page import StoreQuery
 from core.validation import Limits
 from ingest.store.tail import Tail, stored_form
-from tools.loadgen import LoadGenerator, LoadProfile
+from tools.loadgen import GENERATE_S_PER_RECORD, LoadGenerator, LoadProfile
 from tools.processes import free_port, proc_cpu_s
 
 
@@ -88,7 +94,8 @@ def main() -> None:
     print(json.dumps({"benchmark": "store_tail", "records": len(records), "tail": len(good),
                       "decode_validate_hash_us": round(decode_us, 2), "add_us": round(add_us, 2),
                       "page_ms": round(page_ms, 4), "commit": len(durable), "publish_ms": round(publish_ms, 1),
-                      "publish_holds": len(tail.lock.holds), "longest_hold_ms": round(max(tail.lock.holds) * 1e3, 2)}))
+                      "publish_holds": len(tail.lock.holds),
+                      "longest_hold_ms": round(max(tail.lock.holds) * 1e3, 2)}))
 
 
 class GcPauses:
@@ -249,11 +256,12 @@ def gil_latency(rate: float, seconds: float, hold_ms: float, rounds: int, payloa
                 holder.start()
             cpu, broker_cpu = time.process_time(), proc_cpu_s(broker.pid)
             pauses.reset()
-            # store_ingest.py's producer role: the records are generated first (~12 µs each),
-            # each stamped with the receive time at which it is due, then sent on schedule.
+            # store_ingest.py's producer role: the records are generated first, each stamped with
+            # the receive time at which it is due, then sent on schedule.
             count = int(rate * seconds)
             spec = {"bootstrap": broker.bootstrap_servers, "topic": topic, "rate": rate, "seconds": seconds,
-                    "start_at": time.time() + 2.0 + count * 20e-6, "payload_bytes": payload_bytes, "seed": 5,
+                    "start_at": time.time() + 2.0 + count * GENERATE_S_PER_RECORD, "payload_bytes": payload_bytes,
+                    "seed": 5,
                     "out": str(tmp / f"producer-{n}.json")}
             subprocess.run([sys.executable, str(repo / "tests/benchmarks/store_ingest.py"), "--role", "producer",
                             "--spec", json.dumps(spec)], cwd=repo, check=True)

@@ -48,6 +48,22 @@ def add(tail: Tail, rows: list[dict]) -> None:
         tail.add_locked(StoredMessage.from_mapping(r) for r in rows)
 
 
+def table_and_tail(tmp_path, rnd: random.Random, rows: list[dict], in_table: int):
+    """rows[:in_table] in a Delta table, the rest in a tail (partition 0, offsets 0.. in order)
+    whose store job's committed offsets are the returned dict: (path, committed, tail, reader,
+    the tail's rows)."""
+    path = str(tmp_path / "t")
+    write_table(path, rows[:in_table], rnd, files=1)
+    committed: dict[int, int] = {}
+    tail = Tail(committed=lambda: dict(committed))
+    reader = fresh_reader(path, tail)
+    fresh = rows[in_table:]
+    with tail.lock:
+        tail.add_locked((StoredMessage.from_mapping(r) for r in fresh),
+                        {r["message_hash"]: (0, i) for i, r in enumerate(fresh)})
+    return path, committed, tail, reader, fresh
+
+
 def commit(path: str, rows: list[dict]) -> None:
     rows = sorted(rows, key=lambda r: (r["received_time"], r["digest"]))
     write_messages(path, pa.Table.from_pylist(rows, schema=MESSAGES_ARROW_SCHEMA), max_row_group_size=7)
@@ -180,15 +196,7 @@ def test_what_the_job_refused_is_swept_at_its_committed_offsets(tmp_path):
     seed, rnd = seeded()
     rows = sorted(random_rows(rnd, 120)[:60], key=lambda r: (r["received_time"], r["digest"]))
     assert len(rows) == 60
-    path = str(tmp_path / "t")
-    write_table(path, rows[:10], rnd, files=1)
-    committed: dict[int, int] = {}
-    tail = Tail(committed=lambda: dict(committed))
-    reader = fresh_reader(path, tail)
-    fresh = rows[10:]
-    with tail.lock:  # partition 0, offsets 0..49 in arrival order
-        tail.add_locked((StoredMessage.from_mapping(r) for r in fresh),
-                        {r["message_hash"]: (0, i) for i, r in enumerate(fresh)})
+    path, committed, tail, reader, fresh = table_and_tail(tmp_path, rnd, rows, 10)
     stored = [r for i, r in enumerate(fresh[:30]) if i % 5]  # the job refused every fifth
     commit(path, stored)
     committed[0] = 30
@@ -339,15 +347,7 @@ def test_a_commits_release_lets_the_lock_go_between_chunks_and_each_message_show
 
     seed, rnd = seeded()
     rows = sorted(random_rows(rnd, 200), key=lambda r: (r["received_time"], r["digest"]))
-    path = str(tmp_path / "t")
-    write_table(path, rows[:40], rnd, files=1)
-    committed: dict[int, int] = {}
-    tail = Tail(committed=lambda: dict(committed))
-    reader = fresh_reader(path, tail)
-    fresh = rows[40:]
-    with tail.lock:
-        tail.add_locked((StoredMessage.from_mapping(r) for r in fresh),
-                        {r["message_hash"]: (0, i) for i, r in enumerate(fresh)})
+    path, committed, tail, reader, fresh = table_and_tail(tmp_path, rnd, rows, 40)
     stored = fresh[:100]
     pauses = []
 
