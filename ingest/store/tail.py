@@ -478,8 +478,8 @@ class TailFollower:
             try:
                 self._loop()
                 return
-            except KafkaException as exc:  # Kafka's answer (e.g. a partition's leader moving): no traceback
-                log.warning("store tail: Kafka: %s; starting again in 2 s", exc.args[0].str())
+            except KafkaException as exc:  # Kafka's answer (a partition's leader moving): no traceback
+                self._kafka_error(exc.args[0])
                 self.failed = exc
                 self._stop.wait(2.0)
             except Exception as exc:  # noqa: BLE001 - logged, then started again (from its start position)
@@ -514,8 +514,9 @@ class TailFollower:
         return config
 
     def _kafka_error(self, err: Any) -> None:
-        """librdkafka's client-wide errors (broker down, all brokers down, authentication): it
-        retries by itself; one line each time the error changes."""
+        """Kafka's errors: librdkafka's client-wide ones (broker down, all brokers down,
+        authentication), which it retries by itself, and those that stop the tail's loop, which
+        starts again: one line each time the error changes, no traceback."""
         text = err.str()
         if text != self._last_error:
             self._last_error = text
@@ -537,8 +538,8 @@ class TailFollower:
             while not parts:
                 try:
                     meta = consumer.list_topics(s.topic, timeout=5.0).topics[s.topic]
-                except KafkaException as exc:
-                    log.warning("store tail: cannot reach Kafka (%s), retrying", exc.args[0].str())
+                except KafkaException as exc:  # cannot reach Kafka: retried, one line per error
+                    self._kafka_error(exc.args[0])
                     if self._stop.wait(2.0):
                         return
                     continue

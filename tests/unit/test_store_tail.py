@@ -371,3 +371,30 @@ def test_a_commits_release_lets_the_lock_go_between_chunks_and_each_message_show
     assert any(n > len(fresh) - len(stored) for n in pauses)
     assert tail.dropped == len(stored) and len(tail) == len(fresh) - len(stored)
     check_paging(reader.query, rows, "", (), True, 20, None)
+
+
+def test_a_kafka_error_that_stops_the_tails_loop_is_logged_once_without_a_traceback(caplog):
+    """Kafka's answers (here: a partition's leader moving while the tail reads where the
+    partitions end, as right after the topic was created) are expected network errors: one
+    line however often it repeats, no traceback, and the tail starts again."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from ingest.store.tail import TailFollower, TailSettings
+
+    follower = TailFollower(TailSettings("127.0.0.1:1"), Tail(), lambda hashes: set())
+    calls = []
+
+    def loop() -> None:
+        calls.append(1)
+        if len(calls) <= 3:
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, "Failed to get watermark offsets"))
+
+    follower._loop = loop
+    follower._stop.wait = lambda timeout: False  # no 2 s pause before starting again
+    with caplog.at_level("WARNING", logger="ingest.store.tail"):
+        follower._run()
+    assert len(calls) == 4
+    records = [r for r in caplog.records if r.name == "ingest.store.tail"]
+    assert len(records) == 1 and records[0].levelname == "WARNING" and records[0].exc_info is None
+    assert "Failed to get watermark offsets" in records[0].getMessage()
+    assert isinstance(follower.failed, KafkaException)
