@@ -277,11 +277,11 @@ def gil_latency(rate: float, seconds: float, hold_ms: float, rounds: int, payloa
             cpu_s = time.process_time() - cpu - (hold / 1000 * seconds / 2.0 if hold else 0.0)
             broker_cpu = proc_cpu_s(broker.pid) - broker_cpu
             xs = sorted(x * 1000 for x in late)
-            pct = (lambda q: round(xs[min(len(xs) - 1, int(q * len(xs)))], 1)) if xs else (lambda q: None)
             run = {"consumer": client, "hold_ms": hold, "offered": produced["sent"],
                    "undelivered": produced["undelivered"], "consumed": consumed(),
-                   "missing": produced["sent"] - consumed(), "valid": len(xs), "p50_ms": pct(0.5), "p99_ms": pct(0.99),
-                   "p999_ms": pct(0.999), "max_ms": round(xs[-1], 1) if xs else None,
+                   "missing": produced["sent"] - consumed(), "valid": len(xs),
+                   "p50_ms": nearest_rank(xs, 0.5, 1), "p99_ms": nearest_rank(xs, 0.99, 1),
+                   "p999_ms": nearest_rank(xs, 0.999, 1), "max_ms": round(xs[-1], 1) if xs else None,
                    "consumer_cpu_s": round(cpu_s, 2), "broker_cpu_s": round(broker_cpu, 2),
                    "load_avg": round(os.getloadavg()[0], 2), **pauses.figures()}
             print(f"{client:>12}  hold {hold:5.0f} ms  p50 {run['p50_ms']} ms  p99 {run['p99_ms']} ms  "
@@ -298,6 +298,11 @@ def gil_latency(rate: float, seconds: float, hold_ms: float, rounds: int, payloa
         broker.stop()
     print(json.dumps({"benchmark": "store_tail", "mode": "gil", "rate": rate, "seconds": seconds,
                       "commit_s": commit_s, "runs": runs}))
+
+
+def nearest_rank(xs: list[float], q: float, digits: int) -> float | None:
+    """The q-quantile of the sorted `xs` (nearest rank), rounded; None when empty."""
+    return round(xs[min(len(xs) - 1, int(q * len(xs)))], digits) if xs else None
 
 
 def commit(tail: Tail, durable: set[bytes]) -> None:
@@ -351,10 +356,10 @@ class Committer:
 
     def figures(self) -> dict:
         xs = sorted(x * 1000 for x in self.pages)
-        pct = (lambda q: round(xs[min(len(xs) - 1, int(q * len(xs)))], 2)) if xs else (lambda q: None)
         sizes = sorted(self.sizes)
         return {"commits": len(sizes), "commit_p50": sizes[len(sizes) // 2] if sizes else 0,
-                "pages": len(xs), "page_p50_ms": pct(0.5), "page_p99_ms": pct(0.99),
+                "pages": len(xs), "page_p50_ms": nearest_rank(xs, 0.5, 2),
+                "page_p99_ms": nearest_rank(xs, 0.99, 2),
                 "page_max_ms": round(xs[-1], 2) if xs else None}
 
 
