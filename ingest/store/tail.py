@@ -520,7 +520,7 @@ class TailFollower:
         text = err.str()
         if text != self._last_error:
             self._last_error = text
-            log.warning("store tail: Kafka: %s (librdkafka retries)", text)
+            log.warning("store tail: Kafka: %s (retried)", text)
 
     _last_error = ""
 
