@@ -69,6 +69,40 @@ def group_cpu_s(pgid: int) -> float:
     return total
 
 
+# JVM threads by what they do, from their names (/proc/<pid>/task/<tid>/comm): the JIT's
+# compilers ("C2 CompilerThre", "C1 CompilerThre"), the garbage collector's threads, Spark's
+# task threads; the rest (the driver's scheduling, Delta's commits, the stream thread) is "other".
+JVM_THREAD_KINDS = (("jit", ("CompilerThre", "Sweeper thread")),
+                    ("gc", ("GC Thread", "G1 ", "VM Thread")),
+                    ("tasks", ("Executor task",)))
+
+
+def jvm_threads_cpu_s(pgid: int) -> dict[str, float]:
+    """CPU seconds so far of the threads of every Java process in process group `pgid`, by kind
+    (JVM_THREAD_KINDS, else "other"): how much of a Spark job's CPU its JIT takes (benchmarks).
+    Threads that ended are not counted (the JVM's own threads live as long as it does)."""
+    out = {kind: 0.0 for kind, _ in JVM_THREAD_KINDS} | {"other": 0.0}
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+            if int(stat[stat.rindex(")") + 2:].split()[2]) != pgid or Path(f"/proc/{d}/comm").read_text().strip() != "java":
+                continue
+            tasks = os.listdir(f"/proc/{d}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                name = Path(f"/proc/{d}/task/{t}/comm").read_text().strip()
+                cpu = _stat_cpu_s(Path(f"/proc/{d}/task/{t}/stat").read_text())
+            except OSError:
+                continue
+            kind = next((k for k, marks in JVM_THREAD_KINDS if any(m in name for m in marks)), "other")
+            out[kind] += cpu
+    return out
+
+
 def bridge_command(overrides: Sequence[str] = (), config_file: str | None = None) -> list[str]:
     """argv of `waku-bridge run` with `--set` overrides (same interpreter, works without install)."""
     cmd = [sys.executable, "-m", "ingest.cli", "run"]

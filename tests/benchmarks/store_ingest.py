@@ -58,13 +58,18 @@ What is measured (over the measured window):
   load_cpu_s, load_cpu_us_per_record  CPU seconds of each component during the window (the store
                      job's driver and executors, the broker, bridge B, the prober, the producers'
                      sending), and per offered record: where the two cores go
+  store_job_jvm_cpu_s  the store job's JVM threads in the window by kind: the JIT's compilers,
+                     the GC, Spark's task threads, the rest (tools/processes.jvm_threads_cpu_s)
   batch_*            the store job's own per-batch figures from its log (time per phase)
   load_avg_*         os.getloadavg() at start and end (the machine is shared)
 
 `--profile N` instead runs the store query in this process over N seeded records (available-now,
 `--max-offsets` per batch; the same input every run) with Spark's event log on, and prints per
 micro-batch its wall time, the writer's phases, every Spark job (duration, call site) and every
-Delta commit, and the streaming engine's own time per batch (`engine_mean_ms`); `--writer PATH`
+Delta commit, the CPU the batch took in the driver JVM (local mode: the executors' tasks, and
+the JIT compiling for them) and in Python (`jvm_cpu_s`, `python_cpu_s`; per record over the full
+batches: `jvm_cpu_us_per_record`), and the streaming engine's own time per batch
+(`engine_mean_ms`); `--writer PATH`
 profiles another version of pipeline/store/writer.py (before/after; its `write_checked_batch`),
 `--untimed-share S` clears the sender timestamp of that share of records (the global
 de-duplication check then runs: untimed copies against every stored untimed row).
@@ -93,7 +98,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tools.processes import free_port  # noqa: E402
+from tools.processes import free_port, proc_cpu_s  # noqa: E402
 
 TOPIC = "waku.messages"
 PROBE_PUBSUB = "/waku/2/rs/1/0"
@@ -443,6 +448,7 @@ def profile(args) -> dict:
                                 + "".join(f",{o}" for o in args.spark_option)])
 
         spark = build_session(SparkSettings.from_config(cfg_for("run0")), "store-profile")
+        jvm_pid = spark.sparkContext._gateway.proc.pid  # the driver JVM (local mode: the executors too)
         windows: list[tuple] = []  # (batch id, start, end, phases, input rows, writer name)
         import importlib.util
         import inspect
@@ -469,8 +475,10 @@ def profile(args) -> dict:
 
             def timed(batch, batch_id, settings, *rest, real=real, takes=takes, name=name):
                 t0 = time.time()
+                cpu0 = (proc_cpu_s(jvm_pid), time.process_time())
                 stats = real(batch, batch_id, settings, *rest[:takes])
-                windows.append((batch_id, t0, time.time(), dict(stats.phase_seconds), stats.input_rows, name))
+                cpu = (round(proc_cpu_s(jvm_pid) - cpu0[0], 2), round(time.process_time() - cpu0[1], 2))
+                windows.append((batch_id, t0, time.time(), dict(stats.phase_seconds), stats.input_rows, name, cpu))
                 log(f"{name} batch {batch_id}: {stats.input_rows} in, {stats.stored_rows} stored, "
                     f"{time.time() - t0:.2f} s {stats.phase_seconds}")
                 return stats
@@ -524,10 +532,11 @@ def profile(args) -> dict:
                         ci = json.loads(line)["commitInfo"]
                         commits.append((ci["timestamp"] / 1000, log_dir.parent.name, ci.get("operation")))
         batches = []
-        for batch_id, t0, t1, phases, rows, name in windows:
+        for batch_id, t0, t1, phases, rows, name, (jvm_cpu, py_cpu) in windows:
             js = [j for j in jobs.values() if t0 <= j["start"] <= t1 + 0.001]
             batches.append({
                 "writer": name, "batch": batch_id, "rows": rows, "seconds": round(t1 - t0, 2), "phases": phases,
+                "jvm_cpu_s": jvm_cpu, "python_cpu_s": py_cpu,
                 "spark_jobs": [(round(j.get("end", t1) - j["start"], 2), j["desc"].split("\n")[-1][:40] or j["site"][:40])
                                for j in sorted(js, key=lambda j: j["start"])],
                 "spark_job_seconds": round(sum(j.get("end", t1) - j["start"] for j in js), 2),
@@ -546,6 +555,11 @@ def profile(args) -> dict:
                         f"{pre}batch_mean_s": round(sum(b["seconds"] for b in mine) / len(mine), 2),
                         f"{pre}batch_p50_s": round(percentile([b["seconds"] for b in mine], 50), 2),
                         f"{pre}phase_mean_s": phases,
+                        # CPU of the batch's work itself (the foreachBatch call), per record in.
+                        f"{pre}jvm_cpu_us_per_record": round(sum(b["jvm_cpu_s"] for b in mine)
+                                                             / sum(b["rows"] for b in mine) * 1e6, 1),
+                        f"{pre}python_cpu_us_per_record": round(sum(b["python_cpu_s"] for b in mine)
+                                                                / sum(b["rows"] for b in mine) * 1e6, 1),
                         f"{pre}spark_jobs_per_batch": round(sum(len(b["spark_jobs"]) for b in mine) / len(mine), 1),
                         f"{pre}spark_job_seconds_per_batch": round(sum(b["spark_job_seconds"] for b in mine) / len(mine), 2),
                         f"{pre}delta_commits_per_batch": round(sum(len(b["delta_commits"]) for b in mine) / len(mine), 1)})
@@ -629,7 +643,7 @@ def main() -> int:
     from core.kafka import ensure_topics
     from tools.embedded_kafka import EmbeddedKafka
     from tools.loadgen import GENERATE_S_PER_RECORD, LoadGenerator, LoadProfile, produce
-    from tools.processes import group_cpu_s, start_bridge
+    from tools.processes import group_cpu_s, jvm_threads_cpu_s, start_bridge
 
     load_start = os.getloadavg()
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="waku-bench-store-"))
@@ -752,11 +766,13 @@ def main() -> int:
         lag_at_start = (round(float(np.median(watcher.latencies[-1])), 2)
                         if watcher.latencies and len(watcher.latencies[-1]) else None)
         cpu0 = {k: group_cpu_s(v) for k, v in groups.items()}
+        jvm0 = jvm_threads_cpu_s(groups["store_job"])
         for i, p in enumerate(producers):
             if p.wait(seconds + 300) != 0:
                 raise RuntimeError(f"producer {i} exited with {p.returncode}: see {tmp / 'logs'}")
         ended = time.time()
         cpu1 = {k: group_cpu_s(v) for k, v in groups.items()}
+        jvm1 = jvm_threads_cpu_s(groups["store_job"])
         summaries = [json.loads((tmp / f"producer-{i}.json").read_text()) for i in range(args.producers)]
         sent = sum(s["sent"] for s in summaries)
         results["offered_per_s"] = round(sent / max(s["seconds"] for s in summaries))
@@ -768,6 +784,9 @@ def main() -> int:
         cpu["producers"] = round(sum(s["send_cpu_us_per_record"] * s["sent"] for s in summaries) / 1e6, 1)
         results["load_cpu_s"] = cpu
         results["load_cpu_us_per_record"] = {k: round(v / max(sent, 1) * 1e6, 1) for k, v in cpu.items()}
+        # The store job's JVM by thread kind: the JIT still compiling minutes after the start
+        # is part of the job's CPU in the window (docs/benchmarks.md, session 17).
+        results["store_job_jvm_cpu_s"] = {k: round(jvm1[k] - jvm0[k], 1) for k in jvm1}
         log(f"offered {sent} records in {seconds:.0f} s: {results['offered_per_s']}/s; draining")
         if prober is not None:
             prober.send_signal(signal.SIGTERM)
