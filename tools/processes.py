@@ -78,9 +78,11 @@ JVM_THREAD_KINDS = (("jit", ("CompilerThre", "Sweeper thread")),
 
 
 def jvm_threads_cpu_s(pgid: int) -> dict[str, float]:
-    """CPU seconds so far of the threads of every Java process in process group `pgid`, by kind
-    (JVM_THREAD_KINDS, else "other"): how much of a Spark job's CPU its JIT takes (benchmarks).
-    Threads that ended are not counted (the JVM's own threads live as long as it does)."""
+    """CPU seconds so far of every Java process in process group `pgid`, by thread kind
+    (JVM_THREAD_KINDS): how much of a Spark job's CPU its JIT takes (benchmarks). "other" is
+    the rest of the processes' CPU, threads that ended included (Spark's idle task threads end
+    after a minute, and their CPU then moves from "tasks" to "other"), so the kinds add up to the
+    processes' CPU; the JIT's and the GC's threads live as long as the JVM."""
     out = {kind: 0.0 for kind, _ in JVM_THREAD_KINDS} | {"other": 0.0}
     for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not d.isdigit():
@@ -92,14 +94,17 @@ def jvm_threads_cpu_s(pgid: int) -> dict[str, float]:
             tasks = os.listdir(f"/proc/{d}/task")
         except OSError:
             continue
+        out["other"] += _stat_cpu_s(stat)  # the whole process; its named threads are taken out below
         for t in tasks:
             try:
                 name = Path(f"/proc/{d}/task/{t}/comm").read_text().strip()
                 cpu = _stat_cpu_s(Path(f"/proc/{d}/task/{t}/stat").read_text())
             except OSError:
                 continue
-            kind = next((k for k, marks in JVM_THREAD_KINDS if any(m in name for m in marks)), "other")
-            out[kind] += cpu
+            kind = next((k for k, marks in JVM_THREAD_KINDS if any(m in name for m in marks)), None)
+            if kind is not None:
+                out[kind] += cpu
+                out["other"] -= cpu
     return out
 
 

@@ -58,8 +58,9 @@ What is measured (over the measured window):
   load_cpu_s, load_cpu_us_per_record  CPU seconds of each component during the window (the store
                      job's driver and executors, the broker, bridge B, the prober, the producers'
                      sending), and per offered record: where the two cores go
-  store_job_jvm_cpu_s  the store job's JVM threads in the window by kind: the JIT's compilers,
-                     the GC, Spark's task threads, the rest (tools/processes.jvm_threads_cpu_s)
+  store_job_jvm_cpu_s  the store job's JVM CPU in the window by thread kind: the JIT's compilers,
+                     the GC, Spark's task threads, the rest (tools/processes.jvm_threads_cpu_s;
+                     a task thread that ends in the window moves its CPU from tasks to the rest)
   batch_*            the store job's own per-batch figures from its log (time per phase)
   load_avg_*         os.getloadavg() at start and end (the machine is shared)
 
