@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -53,10 +53,9 @@ def proc_cpu_s(pid: int) -> float:
     return _stat_cpu_s(Path(f"/proc/{pid}/stat").read_text())
 
 
-def group_cpu_s(pgid: int) -> float:
-    """CPU seconds (user + system) of every live process in process group `pgid` (benchmarks:
-    where the cores went). 0 where /proc is missing."""
-    total = 0.0
+def _group_members(pgid: int) -> Iterator[tuple[str, str]]:
+    """(pid, /proc/<pid>/stat text) of every live process in process group `pgid` (none where
+    /proc is missing)."""
     for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not d.isdigit():
             continue
@@ -65,8 +64,13 @@ def group_cpu_s(pgid: int) -> float:
         except OSError:
             continue
         if int(stat[stat.rindex(")") + 2:].split()[2]) == pgid:   # field 5 of stat: pgrp
-            total += _stat_cpu_s(stat)
-    return total
+            yield d, stat
+
+
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) of every live process in process group `pgid` (benchmarks:
+    where the cores went). 0 where /proc is missing."""
+    return sum(_stat_cpu_s(stat) for _, stat in _group_members(pgid))
 
 
 # JVM threads by what they do, from their names (/proc/<pid>/task/<tid>/comm): the JIT's
@@ -84,12 +88,9 @@ def jvm_threads_cpu_s(pgid: int) -> dict[str, float]:
     after a minute, and their CPU then moves from "tasks" to "other"), so the kinds add up to the
     processes' CPU; the JIT's and the GC's threads live as long as the JVM."""
     out = {kind: 0.0 for kind, _ in JVM_THREAD_KINDS} | {"other": 0.0}
-    for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not d.isdigit():
-            continue
+    for d, stat in _group_members(pgid):
         try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-            if int(stat[stat.rindex(")") + 2:].split()[2]) != pgid or Path(f"/proc/{d}/comm").read_text().strip() != "java":
+            if Path(f"/proc/{d}/comm").read_text().strip() != "java":
                 continue
             tasks = os.listdir(f"/proc/{d}/task")
         except OSError:
