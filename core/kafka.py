@@ -112,7 +112,8 @@ def ensure_topics(
     has a leader. Existing topics are left as they are (a different partition count is logged).
     Replication: 1 against a single bootstrap server, else 3 unless given; with a replication of
     3 or more the topics get min.insync.replicas=2 (with the producers' acks=all, an
-    acknowledged record is on two brokers) unless topic_configs says otherwise. Returns the names
+    acknowledged record is on two brokers) unless topic_configs says otherwise; every topic gets
+    message.timestamp.type=LogAppendTime (the broker's clock) unless topic_configs says otherwise. Returns the names
     created; raises TopicError with one line on failure."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
@@ -124,6 +125,9 @@ def ensure_topics(
     if replication is None:
         replication = 1 if len(servers) == 1 else 3
     configs = dict(topic_configs or {})
+    # The broker stamps each record when it appends it: the store's rules judge a receive time
+    # against that clock (core/validation.py), the same on every side and every replay.
+    configs.setdefault("message.timestamp.type", "LogAppendTime")
     if replication >= 3:
         configs.setdefault("min.insync.replicas", "2")
     try:

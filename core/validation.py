@@ -18,6 +18,16 @@ default value, absent optional fields are None, the sender timestamp is field 10
 peer's seconds double (field 4) in nanoseconds. `tests/integration/test_store_freshness.py`
 proves both sides give the same reason on every kind of invalid record the load generator
 makes (`tools/loadgen.py` INVALID_KINDS).
+
+The rules' `now` (how far in the future a receive time may lie) is the record's own Kafka
+timestamp, in Unix seconds: a record is judged the same by both sides, and by every run of the
+job over it (a batch run again, a reset checkpoint, a replay a month later). The topics the node
+creates stamp records with the broker's clock (`message.timestamp.type=LogAppendTime`,
+`core/kafka.py`), so a bridge whose clock runs ahead is caught; on a topic with CreateTime it is
+the producing bridge's clock. It was the micro-batch's timestamp until session 18: a literal
+that made Spark generate and compile the decoding stage's code again every batch
+(docs/decisions.md). A record without a Kafka timestamp (`now` None; Kafka 4 always has one)
+breaks `bad_received_time`.
 """
 from __future__ import annotations
 
@@ -94,16 +104,18 @@ def decode_ingest(value: bytes | None) -> IngestFields:
 class Rule:
     name: str
     description: str
-    # Whether a decoded record satisfies the rule (limits, the checker's clock in Unix seconds).
-    valid: Callable[[IngestFields, Limits, float], bool]
+    # Whether a decoded record satisfies the rule (limits, the record's Kafka timestamp in Unix
+    # seconds or None).
+    valid: Callable[[IngestFields, Limits, float | None], bool]
 
 
-def _received_time_ok(f: IngestFields, lim: Limits, now: float) -> bool:
+def _received_time_ok(f: IngestFields, lim: Limits, now: float | None) -> bool:
     t = f.received_time
-    return t is not None and math.isfinite(t) and MIN_RECEIVED_TIME <= t <= now + lim.max_future_received_s
+    return (t is not None and now is not None and math.isfinite(t)
+            and MIN_RECEIVED_TIME <= t <= now + lim.max_future_received_s)
 
 
-def _timestamp_ok(f: IngestFields, lim: Limits, now: float) -> bool:
+def _timestamp_ok(f: IngestFields, lim: Limits, now: float | None) -> bool:
     if not f.timestamp:
         return True
     if f.received_time is None or math.isnan(f.received_time):
@@ -124,7 +136,8 @@ RULES: tuple[Rule, ...] = (
          lambda f, lim, now: f.message_size <= lim.max_message_bytes),
     Rule("oversized_meta", "meta is at most max_meta_bytes",
          lambda f, lim, now: f.meta is None or len(f.meta) <= lim.max_meta_bytes),
-    Rule("bad_received_time", "received time is present, finite, after 2020 and not in the future",
+    Rule("bad_received_time", "received time is present, finite, after 2020 and not later than the "
+         "record's Kafka timestamp by more than max_future_received_s",
          _received_time_ok),
     Rule("timestamp_skew", "sender timestamp, when present, is within max_clock_skew_s of received time",
          _timestamp_ok),
@@ -133,8 +146,9 @@ RULES: tuple[Rule, ...] = (
 RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES)
 
 
-def rejection_reason(f: IngestFields, limits: Limits, now: float) -> str | None:
-    """The name of the first rule the record breaks, or None when it is valid."""
+def rejection_reason(f: IngestFields, limits: Limits, now: float | None) -> str | None:
+    """The name of the first rule the record breaks, or None when it is valid. `now`: the
+    record's Kafka timestamp in Unix seconds (None: it has none)."""
     for rule in RULES:
         if not rule.valid(f, limits, now):
             return rule.name

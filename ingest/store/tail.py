@@ -99,9 +99,19 @@ class TailSettings:
                    s["tail_lookback_s"], s["tail_ready_wait_s"])
 
 
-def stored_form(value: bytes, limits: Limits, now: float) -> tuple[StoredMessage | None, str | None]:
+NO_KAFKA_TIMESTAMP = 0  # confluent_kafka.TIMESTAMP_NOT_AVAILABLE (a test checks they agree)
+
+
+def kafka_seconds(timestamp: tuple[int, int]) -> float | None:
+    """librdkafka's (type, milliseconds) record timestamp in Unix seconds; None when the record
+    has none. The same value as the store job's `unix_micros(kafka_timestamp) / 1e6`."""
+    kind, ms = timestamp
+    return None if kind == NO_KAFKA_TIMESTAMP or ms < 0 else ms / 1000
+
+
+def stored_form(value: bytes, limits: Limits, now: float | None) -> tuple[StoredMessage | None, str | None]:
     """(the message as the store job would store it, None), or (None, why not): a rule's name
-    or "ephemeral"."""
+    or "ephemeral". `now`: the record's Kafka timestamp in seconds (core/validation.py)."""
     f = decode_ingest(value)
     reason = rejection_reason(f, limits, now)
     if reason is not None:
@@ -569,7 +579,7 @@ class TailFollower:
                 for m in [first, *consumer.consume(4999, 0)]:
                     err = m.error()
                     if err is None:
-                        records.append((m.value(), m.partition(), m.offset()))
+                        records.append((m.value(), m.partition(), m.offset(), kafka_seconds(m.timestamp())))
                         if pending and m.offset() + 1 >= ends[m.partition()]:  # read past its end at start
                             reached.append(m.partition())
                     elif err.code() == KafkaError._PARTITION_EOF:
@@ -605,15 +615,14 @@ class TailFollower:
         per_part = max(1, s.max_messages // max(1, len(bounds)))
         return {p: min(high, max(low, starts[p], high - per_part)) for p, (low, high) in bounds.items()}
 
-    def _take(self, records: list[tuple[bytes, int, int]]) -> None:
-        """Records as (value, partition, offset)."""
-        now = time.time()
+    def _take(self, records: list[tuple[bytes, int, int, float | None]]) -> None:
+        """Records as (value, partition, offset, Kafka timestamp in seconds or None)."""
         lim = self.settings.limits
         fresh: dict[bytes, StoredMessage] = {}
         coords: dict[bytes, tuple[int, int]] = {}
-        for value, partition, offset in records:
+        for value, partition, offset, kafka_time in records:
             try:
-                m, why = stored_form(value, lim, now)
+                m, why = stored_form(value, lim, kafka_time)
             except Exception as exc:  # noqa: BLE001 - one hostile record must not stop the tail
                 log.warning("store tail: record %s/%d refused: %s: %s", partition, offset, type(exc).__name__, exc)
                 m, why = None, "error"

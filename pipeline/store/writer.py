@@ -110,6 +110,13 @@ def _received_date(col: Column) -> Column:
     return F.date_format(F.timestamp_micros((col * F.lit(1e6)).cast("bigint")), "yyyy-MM-dd")
 
 
+def _wall_clock() -> Column:
+    """The time a row is written, read per row (`System.currentTimeMillis` through `reflect`,
+    which Spark evaluates without generating code for it). `current_timestamp()` is the query's
+    time as a literal in the stage's generated code: a new class to compile every batch."""
+    return F.timestamp_millis(F.reflect(F.lit("java.lang.System"), F.lit("currentTimeMillis")).cast("bigint"))
+
+
 def coordinate_ranges(col_partition: Column, col_offset: Column,
                       ranges: dict[int, tuple[int, int]]) -> Column:
     """(partition, offset) within the batch's [min, max] offsets of each partition: lets Delta
@@ -304,7 +311,7 @@ def write_checked_batch(batch: DataFrame, batch_id: int, settings: StoreJobSetti
                 # One task and one file: refused rows are few, and the messages write beside it
                 # must not wait for a core behind one task per Kafka partition.
                 (refused_rows
-                 .withColumn("quarantined_at", F.current_timestamp())
+                 .withColumn("quarantined_at", _wall_clock())
                  .select(*QUARANTINE_COLUMNS).coalesce(1)
                  .write.format("delta").mode("append").save(tables.table_path("quarantine")))
 

@@ -69,7 +69,8 @@ What is measured (over the measured window):
 micro-batch its wall time, the writer's phases, every Spark job (duration, call site) and every
 Delta commit, the CPU the batch took in the driver JVM (local mode: the executors' tasks, and
 the JIT compiling for them) and in Python (`jvm_cpu_s`, `python_cpu_s`; per record over the full
-batches: `jvm_cpu_us_per_record`), and the streaming engine's own time per batch
+batches: `jvm_cpu_us_per_record`), the classes Spark generated and Janino compiled for it (code
+the codegen cache did not hold: `compiles`), and the streaming engine's own time per batch
 (`engine_mean_ms`); `--writer PATH`
 profiles another version of pipeline/store/writer.py (before/after; its `write_checked_batch`),
 `--untimed-share S` clears the sender timestamp of that share of records (the global
@@ -450,6 +451,9 @@ def profile(args) -> dict:
 
         spark = build_session(SparkSettings.from_config(cfg_for("run0")), "store-profile")
         jvm_pid = spark.sparkContext._gateway.proc.pid  # the driver JVM (local mode: the executors too)
+        # Classes Spark generated and Janino compiled (code not found in the codegen cache): a
+        # histogram's count, so exact; the driver and (local mode) the executors share it.
+        compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
         windows: list[tuple] = []  # (batch id, start, end, phases, input rows, writer name)
         import importlib.util
         import inspect
@@ -477,8 +481,10 @@ def profile(args) -> dict:
             def timed(batch, batch_id, settings, *rest, real=real, takes=takes, name=name):
                 t0 = time.time()
                 cpu0 = (proc_cpu_s(jvm_pid), time.process_time())
+                compiles0 = compiled.getCount()
                 stats = real(batch, batch_id, settings, *rest[:takes])
-                cpu = (round(proc_cpu_s(jvm_pid) - cpu0[0], 2), round(time.process_time() - cpu0[1], 2))
+                cpu = (round(proc_cpu_s(jvm_pid) - cpu0[0], 2), round(time.process_time() - cpu0[1], 2),
+                       compiled.getCount() - compiles0)
                 windows.append((batch_id, t0, time.time(), dict(stats.phase_seconds), stats.input_rows, name, cpu))
                 log(f"{name} batch {batch_id}: {stats.input_rows} in, {stats.stored_rows} stored, "
                     f"{time.time() - t0:.2f} s {stats.phase_seconds}")
@@ -533,11 +539,11 @@ def profile(args) -> dict:
                         ci = json.loads(line)["commitInfo"]
                         commits.append((ci["timestamp"] / 1000, log_dir.parent.name, ci.get("operation")))
         batches = []
-        for batch_id, t0, t1, phases, rows, name, (jvm_cpu, py_cpu) in windows:
+        for batch_id, t0, t1, phases, rows, name, (jvm_cpu, py_cpu, compiles) in windows:
             js = [j for j in jobs.values() if t0 <= j["start"] <= t1 + 0.001]
             batches.append({
                 "writer": name, "batch": batch_id, "rows": rows, "seconds": round(t1 - t0, 2), "phases": phases,
-                "jvm_cpu_s": jvm_cpu, "python_cpu_s": py_cpu,
+                "jvm_cpu_s": jvm_cpu, "python_cpu_s": py_cpu, "compiles": compiles,
                 "spark_jobs": [(round(j.get("end", t1) - j["start"], 2), j["desc"].split("\n")[-1][:40] or j["site"][:40])
                                for j in sorted(js, key=lambda j: j["start"])],
                 "spark_job_seconds": round(sum(j.get("end", t1) - j["start"] for j in js), 2),
@@ -561,6 +567,7 @@ def profile(args) -> dict:
                                                              / sum(b["rows"] for b in mine) * 1e6, 1),
                         f"{pre}python_cpu_us_per_record": round(sum(b["python_cpu_s"] for b in mine)
                                                                 / sum(b["rows"] for b in mine) * 1e6, 1),
+                        f"{pre}compiles_per_batch": round(sum(b["compiles"] for b in mine) / len(mine), 1),
                         f"{pre}spark_jobs_per_batch": round(sum(len(b["spark_jobs"]) for b in mine) / len(mine), 1),
                         f"{pre}spark_job_seconds_per_batch": round(sum(b["spark_job_seconds"] for b in mine) / len(mine), 2),
                         f"{pre}delta_commits_per_batch": round(sum(len(b["delta_commits"]) for b in mine) / len(mine), 1)})

@@ -29,6 +29,7 @@ from ingest.host import build_host, listen_addrs
 from ingest.store import codec_v3
 from ingest.store.client import StoreClient
 from ingest.store.server import StoreServer, StoreServiceSettings
+from ingest.store.tail import kafka_seconds
 from schemas import pipeline_records_pb2 as pr
 from schemas import waku_message_pb2 as wm
 from tools.loadgen import INVALID_KINDS, LoadGenerator, LoadProfile, produce, producer
@@ -105,17 +106,30 @@ def test_rules_agree_in_spark_and_in_python(spark):
                  if k == "bad_received_time"}
     assert any(math.isnan(t) for t in bad_times) and math.inf in bad_times and 0.0 in bad_times
 
+    # The rules' `now` is each record's Kafka timestamp (milliseconds, as the broker keeps it):
+    # the receive time may be at most max_future_received_s later; none at all breaks the rule.
+    kafka_ms = [round(now * 1000)] * len(values)
+    future = Limits().max_future_received_s
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+
+    for rt, ms in ((kafka_ms[0] / 1000 + future, kafka_ms[0]), (kafka_ms[0] / 1000 + future + 0.001, kafka_ms[0]),
+                   (now, round(now * 1000) - round(future * 1000) - 1), (now, None)):
+        values.append(rec(rt=rt))
+        kafka_ms.append(ms)
     schema = T.StructType([T.StructField("value", T.BinaryType()), T.StructField("topic", T.StringType()),
                            T.StructField("partition", T.IntegerType()), T.StructField("offset", T.LongType()),
                            T.StructField("timestamp", T.TimestampType())])
-    df = spark.createDataFrame([(v, "t", 0, i, None) for i, v in enumerate(values)], schema)
+    df = spark.createDataFrame([(v, "t", 0, i, _utc(ms)) for i, (v, ms) in enumerate(zip(values, kafka_ms))], schema)
     rows = (with_rejection_reason(decode_ingest_records(df), Limits())
             .select("kafka_offset", "reason", "ephemeral", "message_hash", "digest").collect())
     spark_verdict = {r.kafka_offset: r for r in rows}
+    assert [spark_verdict[len(values) - k].reason for k in (4, 3, 2, 1)] == [
+        None, "bad_received_time", "bad_received_time", "bad_received_time"]
     checked = 0
     for i, v in enumerate(values):
         f = decode_ingest(v)
-        ours = rejection_reason(f, Limits(), time.time())
+        ours = rejection_reason(f, Limits(), kafka_seconds((TIMESTAMP_LOG_APPEND_TIME, kafka_ms[i]))
+                                if kafka_ms[i] is not None else None)
         theirs = spark_verdict[i]
         assert ours == theirs.reason, (i, ours, theirs.reason, v[:40])
         if ours is None:
@@ -135,14 +149,24 @@ def test_unrepresentable_legacy_timestamps_agree(spark):
     values = [pr.IngestRecord(pubsub_topic="/waku/2/rs/1/0", received_time=now, message=wm.WakuMessage(
         payload=b"x", content_topic="/app/1/x/proto", legacy_timestamp=t)).SerializeToString()
         for t in (math.nan, math.inf, -math.inf, 1e30)]
-    ours = [(rejection_reason(f, Limits(), now), f.timestamp) for f in map(decode_ingest, values)]
+    ms = round(now * 1000)
+    ours = [(rejection_reason(f, Limits(), ms / 1000), f.timestamp) for f in map(decode_ingest, values)]
     assert ours == [(None, None)] * 4  # the tail takes them, without a timestamp
     schema = T.StructType([T.StructField("value", T.BinaryType()), T.StructField("topic", T.StringType()),
                            T.StructField("partition", T.IntegerType()), T.StructField("offset", T.LongType()),
                            T.StructField("timestamp", T.TimestampType())])
-    df = spark.createDataFrame([(v, "t", 0, i, None) for i, v in enumerate(values)], schema)
+    df = spark.createDataFrame([(v, "t", 0, i, _utc(ms)) for i, v in enumerate(values)], schema)
     rows = with_rejection_reason(decode_ingest_records(df), Limits()).select("reason", "timestamp").collect()
     assert [(r.reason, r.timestamp) for r in rows] == ours
+
+
+def _utc(ms: int | None):
+    """A Kafka timestamp in milliseconds as the datetime Spark's Kafka source would give."""
+    import datetime as dt
+
+    if ms is None:
+        return None
+    return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
 
 
 async def wait_until(check, timeout: float = 30.0, step: float = 0.02):

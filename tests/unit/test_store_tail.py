@@ -264,11 +264,11 @@ def test_arrivals_racing_commits_leave_each_message_once(tmp_path):
                                     duplicate_share=0.1, payload_bytes=32, seed=seed % 10_000))
     now = time.time()
     records = [gen.next(now + i * 0.01) for i in range(3000)]
-    Record = namedtuple("Record", "value partition offset")
-    kafka = [Record(r.value, 0, i) for i, r in enumerate(records)]
+    Record = namedtuple("Record", "value partition offset kafka_time")
+    kafka = [Record(r.value, 0, i, now + 30) for i, r in enumerate(records)]
     stored = {}
     for r in kafka:
-        m, why = stored_form(r.value, Limits(), now + 30)
+        m, why = stored_form(r.value, Limits(), r.kafka_time)
         if m is not None and (m.message_hash not in stored or m.index < stored[m.message_hash].index):
             stored[m.message_hash] = m
     assert set(stored) == set(gen.truth.stored)
@@ -398,3 +398,17 @@ def test_a_kafka_error_that_stops_the_tails_loop_is_logged_once_without_a_traceb
     assert len(records) == 1 and records[0].levelname == "WARNING" and records[0].exc_info is None
     assert "Failed to get watermark offsets" in records[0].getMessage()
     assert isinstance(follower.failed, KafkaException)
+
+
+def test_kafka_seconds_matches_the_jobs_reading_of_kafka_timestamps():
+    """The tail's `now` (librdkafka's milliseconds) is the job's `unix_micros(kafka_timestamp) / 1e6`
+    to the last bit, and a record without a timestamp has none."""
+    import confluent_kafka
+
+    from ingest.store.tail import NO_KAFKA_TIMESTAMP, kafka_seconds
+
+    assert NO_KAFKA_TIMESTAMP == confluent_kafka.TIMESTAMP_NOT_AVAILABLE
+    for ms in (1_795_629_829_440, 1_795_629_829_441, 1_700_000_000_001, 1_577_836_800_999):
+        assert kafka_seconds((confluent_kafka.TIMESTAMP_LOG_APPEND_TIME, ms)) == (ms * 1000) / 1e6
+        assert kafka_seconds((confluent_kafka.TIMESTAMP_CREATE_TIME, ms)) == ms / 1000
+    assert kafka_seconds((confluent_kafka.TIMESTAMP_NOT_AVAILABLE, -1)) is None
