@@ -157,3 +157,32 @@ def test_store_tables_of_an_older_version_get_the_current_properties(spark, tmp_
     before = (version("messages"), version("quarantine"), version(UNTIMED_INDEX))
     ensure_store_tables(spark, wh, update_properties=True)
     assert (version("messages"), version("quarantine"), version(UNTIMED_INDEX)) == before
+
+
+def test_a_steady_batch_compiles_no_code(spark, kafka, tmp_path, monkeypatch):
+    """Spark generates a stage's code and Janino compiles it only when the code cache lacks it: a
+    per-batch literal in a stage (the batch's time, say) makes a new class every batch, which the
+    JIT then starts over on (docs/decisions.md, session 18). Full batches of the load generator's
+    mix (copies, ephemeral and invalid records of every kind), after the first two, compile none."""
+    from pipeline.store import job as store_job
+
+    seed = 18
+    print(f"seed {seed}")
+    topic = new_topic(kafka, partitions=4)
+    gen = LoadGenerator(LoadProfile(content_topics=50, payload_bytes=256, seed=seed))
+    produce(kafka, topic, gen.batch(12_500))
+    compiles = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    per_batch: list[tuple[int, int]] = []
+    real = store_job.write_checked_batch
+
+    def counted(batch, batch_id, *rest):
+        before = compiles.getCount()
+        stats = real(batch, batch_id, *rest)
+        per_batch.append((stats.input_rows, compiles.getCount() - before))
+        return stats
+
+    monkeypatch.setattr(store_job, "write_checked_batch", counted)
+    run_available_now(spark, job_config(kafka, topic, tmp_path, **{"store.max_offsets_per_trigger": 2500}))
+    full = [n for rows, n in per_batch[2:] if rows >= 2400]
+    assert len(full) >= 2, per_batch
+    assert sum(full) == 0, f"classes compiled per batch (input rows, compiles): {per_batch}"
