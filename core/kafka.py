@@ -113,8 +113,8 @@ def ensure_topics(
     Replication: 1 against a single bootstrap server, else 3 unless given; with a replication of
     3 or more the topics get min.insync.replicas=2 (with the producers' acks=all, an
     acknowledged record is on two brokers) unless topic_configs says otherwise; every topic gets
-    message.timestamp.type=LogAppendTime (the broker's clock) unless topic_configs says otherwise. Returns the names
-    created; raises TopicError with one line on failure."""
+    message.timestamp.type=LogAppendTime (the broker's clock) unless topic_configs says
+    otherwise. Returns the names created; raises TopicError with one line on failure."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError
