@@ -111,6 +111,14 @@ def log(msg: str) -> None:
     print(f"[store_ingest {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def write_whole(path: Path, text: str) -> None:
+    """Write a file another process polls for: it appears whole or not at all (a plain write
+    let a producer read `measure_at` empty and fail, losing a 15-minute run)."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(text)
+    os.replace(part, path)
+
+
 def percentile(values: list[float], p: float) -> float:
     """Nearest-rank percentile; +inf entries (missing messages) sort last."""
     if not values:
@@ -168,7 +176,7 @@ def role_producer(spec: dict) -> None:
     if delay > 0:
         time.sleep(delay)
     started_wall = time.time()
-    Path(spec["out"] + ".started").write_text(str(started_wall))  # the harness measures from here + warm-up
+    write_whole(Path(spec["out"] + ".started"), str(started_wall))  # the harness measures from here + warm-up
     began = time.monotonic()
     cpu0 = time.process_time()
     measured_from = None
@@ -764,7 +772,7 @@ def main() -> int:
                 time.sleep(0.25)
         else:
             log(f"load starts: {warmup:.0f} s of warm-up at the same rate, then {seconds:.0f} s measured")
-        (tmp / "measure_at").write_text(str(measure_at))
+        write_whole(tmp / "measure_at", str(measure_at))
         results["warmup_taken_s"] = round(measure_at - load_began, 1)
         time.sleep(max(0.0, measure_at - time.time()))
         load_commit_from = watcher.version
