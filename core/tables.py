@@ -34,11 +34,16 @@ MESSAGES_PARTITION_BY = ("received_date",)
 # no statistics for binary columns, so digest and hash cannot have any).
 MESSAGES_STATS_COLUMNS = "received_time,pubsub_topic,content_topic,timestamp"
 
+# Spark's Delta checkpoints a table in the commit whose version is a multiple of
+# delta.checkpointInterval (2-3 s of that micro-batch on two cores). The tables the jobs append
+# to have it this high (never, in practice: 31 years at a commit a second), and the job writes
+# their checkpoints beside its batches with delta-rs, every 100 versions
+# (pipeline/spark/log_checkpoints.py): readers replay at most 100 small JSON commits.
+NO_SPARK_CHECKPOINTS = {"delta.checkpointInterval": "1000000000"}
+
 MESSAGES_PROPERTIES = {
     "delta.dataSkippingStatsColumns": MESSAGES_STATS_COLUMNS,
-    # A checkpoint costs ~2 s of a micro-batch on two cores: every 100 commits, not every 20
-    # (readers replay at most 100 small JSON commits; bridge B follows the log incrementally).
-    "delta.checkpointInterval": "100",
+    **NO_SPARK_CHECKPOINTS,
     "delta.logRetentionDuration": "interval 7 days",
     "delta.deletedFileRetentionDuration": "interval 1 days",
 }

@@ -39,7 +39,9 @@ from pyspark.sql.streaming import StreamingQueryListener
 from core.config import Config, ConfigError
 from core.job_metrics import JOB_METRICS_COLUMNS, JOB_METRICS_PARTITION_BY, JOBS, METRIC_PREFIX
 from core.settings import WarehouseSettings
-from pipeline.spark.delta import ensure_table, retry_conflicts
+from core.tables import NO_SPARK_CHECKPOINTS
+from pipeline.spark.delta import ensure_properties, ensure_table, retry_conflicts
+from pipeline.spark.log_checkpoints import LogCheckpointer
 
 log = logging.getLogger("waku.metrics")
 
@@ -81,7 +83,7 @@ def ensure_job_metrics_table(spark: SparkSession, path: str) -> None:
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(spark, path):
-        ensure_table(spark, path, JOB_METRICS_SCHEMA, list(JOB_METRICS_PARTITION_BY))
+        ensure_table(spark, path, JOB_METRICS_SCHEMA, list(JOB_METRICS_PARTITION_BY), dict(NO_SPARK_CHECKPOINTS))
         return
 
     def migrate() -> None:
@@ -99,6 +101,9 @@ def ensure_job_metrics_table(spark: SparkSession, path: str) -> None:
         log.info("job_metrics at %s rewritten partitioned by %s", path, ", ".join(JOB_METRICS_PARTITION_BY))
 
     retry_conflicts("migrate job_metrics", migrate)
+    # A table of an earlier release: Spark's checkpoints off (a metadata commit, once; a
+    # concurrent append of another job retries on its conflict).
+    ensure_properties(spark, path, dict(NO_SPARK_CHECKPOINTS))
 
 
 @dataclass
@@ -284,6 +289,7 @@ class JobMetrics:
         self._server: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._checkpoints: LogCheckpointer | None = None
         self.rows_written = 0
 
     @property
@@ -296,6 +302,9 @@ class JobMetrics:
             self._server, self.port = self.exporter.serve(self.settings.host, self.settings.port)
             log.info("job metrics of %s on http://%s:%d/metrics", self.settings.job, self.settings.host, self.port)
         self.spark.streams.addListener(self._listener)
+        # Every job appends here: the log is checkpointed beside the appends (Spark's own
+        # checkpoints are off on this table, pipeline/spark/log_checkpoints.py).
+        self._checkpoints = LogCheckpointer([self.settings.table], spark=self.spark)
         self._thread = threading.Thread(target=self._write_loop, name=f"job-metrics-{self.settings.job}", daemon=True)
         self._thread.start()
         return self
@@ -383,6 +392,8 @@ class JobMetrics:
                     self._rows.put(r)
                 raise
             self.rows_written += len(rows)
+            if self._checkpoints is not None:
+                self._checkpoints.poke()
             return len(rows)
 
     def flush(self, timeout_s: float = 60.0) -> int:

@@ -6,10 +6,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from pipeline.spark.kafka_io import read_topic_stream
+from pipeline.spark.log_checkpoints import LogCheckpointer
 from pipeline.spark.metrics import JobMetrics
 from pipeline.store.recent import RecentHashes
 from pipeline.store.settings import StoreJobSettings
-from pipeline.store.tables import ensure_store_tables
+from pipeline.store.tables import UNTIMED_INDEX, ensure_store_tables
 from pipeline.store.writer import QuarantineMarks, check_records, figures, write_checked_batch
 
 
@@ -29,9 +30,13 @@ def start_store_query(spark: SparkSession, settings: StoreJobSettings, available
 
     marks = QuarantineMarks(settings.warehouse.table_path("quarantine"), settings.topic)
     recent = RecentHashes(settings.recent_hashes_max, settings.recent_keep_s)
+    # The tables' Delta log checkpoints, beside the batches (Spark's are off on these tables).
+    checkpoints = LogCheckpointer([settings.warehouse.table_path(t) for t in ("messages", "quarantine", UNTIMED_INDEX)],
+                                  settings.log_checkpoint_interval, spark)
 
     def process(batch, batch_id: int) -> None:
         stats = write_checked_batch(batch, batch_id, settings, marks, recent)
+        checkpoints.poke()
         if metrics is not None:
             metrics.add_figures(query_name, batch_id, figures(stats))
 

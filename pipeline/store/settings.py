@@ -26,6 +26,8 @@ class StoreJobSettings:
     metrics: JobMetricsSettings | None = None  # [job_metrics]
     # Hashes kept in memory for the check of recent copies (pipeline/store/recent.py); 0: off.
     recent_hashes_max: int = 10_000_000
+    # Versions between the Delta log checkpoints the job writes beside its batches (delta-rs).
+    log_checkpoint_interval: int = 100
 
     @property
     def recent_keep_s(self) -> float:
@@ -38,13 +40,14 @@ class StoreJobSettings:
         s = config["store"]
         if s["starting_offsets"] not in ("earliest", "latest"):
             raise ConfigError(f"store.starting_offsets: expected earliest or latest, got {s['starting_offsets']!r}")
-        for key in ("trigger_seconds", "rows_per_file"):
+        for key in ("trigger_seconds", "rows_per_file", "log_checkpoint_interval"):
             if s[key] <= 0:
                 raise ConfigError(f"store.{key}: expected a positive value, got {s[key]}")
         return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
                    config.get("topics.messages"), Limits.from_config(config), s["trigger_seconds"],
                    s["max_offsets_per_trigger"], s["starting_offsets"], s["dedup_window_s"], s["rows_per_file"],
-                   JobMetricsSettings.from_config(config, "store"), max(0, s["recent_hashes_max"]))
+                   JobMetricsSettings.from_config(config, "store"), max(0, s["recent_hashes_max"]),
+                   s["log_checkpoint_interval"])
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from core.settings import WarehouseSettings
-from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES
+from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES, NO_SPARK_CHECKPOINTS
 from pipeline.spark.delta import ensure_properties, ensure_table
 from pipeline.spark.metrics import ensure_job_metrics_table
 
@@ -37,20 +37,19 @@ QUARANTINE_SCHEMA = T.StructType([
     T.StructField("quarantined_at", T.TimestampType(), True),
 ])
 
-# Quarantine takes a commit in every batch that refused a record: checkpoint about as seldom as
-# `messages` (Delta's default of 10 put a ~2 s checkpoint in every tenth batch), at an interval
-# coprime with its 100. The two tables' versions advance together when every batch refuses some
-# record, and equal intervals put both checkpoints (~2 s each) into the same micro-batch.
-QUARANTINE_PROPERTIES = {"delta.checkpointInterval": "101"}
+# Quarantine takes a commit in every batch that refused a record: its log checkpoints, like
+# those of `messages` and the untimed index, are written beside the batches by the store job
+# (pipeline/spark/log_checkpoints.py), not by Spark's Delta inside one (Delta's default of 10
+# put a ~2 s checkpoint in every tenth batch).
+QUARANTINE_PROPERTIES = dict(NO_SPARK_CHECKPOINTS)
 
 # The untimed index: the hash (and first receive time) of every stored message without a sender
 # timestamp. Such a message can come again at any time, so its copies are checked against the
 # whole retention; this narrow table (32 bytes a row, only untimed messages) is what that check
 # reads, instead of every file of `messages` that holds an untimed row (docs/decisions.md).
 UNTIMED_INDEX = "untimed_hashes"
-# Appended in every batch that stores an untimed message: as seldom as the others, and coprime
-# with both (no batch carries two checkpoints while the versions move together).
-UNTIMED_PROPERTIES = {"delta.checkpointInterval": "103"}
+# Appended in every batch that stores an untimed message: checkpointed like the others.
+UNTIMED_PROPERTIES = dict(NO_SPARK_CHECKPOINTS)
 UNTIMED_SCHEMA = T.StructType([
     T.StructField("message_hash", T.BinaryType(), False),
     T.StructField("received_time", T.DoubleType(), False),

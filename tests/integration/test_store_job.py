@@ -15,6 +15,7 @@ from pipeline.spark.metrics import JobMetrics
 from pipeline.store.job import start_store_query
 from pipeline.store.settings import StoreJobSettings
 from schemas import pipeline_records_pb2 as pr
+from tests.integration.test_log_checkpoints import checkpoints
 from tools.loadgen import LoadGenerator, LoadProfile, produce
 
 pytestmark = pytest.mark.integration
@@ -106,7 +107,10 @@ def test_stop_at_random_point_restart_and_reproduce_slice(spark, kafka, tmp_path
     gen = LoadGenerator(LoadProfile(content_topics=20, duplicate_share=0.1, invalid_share=0.05, seed=9))
     records = gen.batch(4000)
     produce(kafka, topic, records)
-    cfg = job_config(kafka, topic, tmp_path, **{"store.max_offsets_per_trigger": 1500})
+    # A Delta log checkpoint every 2 versions: the stops fall around checkpoints too, and every
+    # read below starts from one that delta-rs wrote beside the batches.
+    cfg = job_config(kafka, topic, tmp_path, **{"store.max_offsets_per_trigger": 1500,
+                                                "store.log_checkpoint_interval": 2})
     q = start_store_query(spark, StoreJobSettings.from_config(cfg))
     time.sleep(rng.uniform(1.0, 20.0))  # stop somewhere mid-stream, possibly mid-batch
     q.stop()
@@ -118,19 +122,26 @@ def test_stop_at_random_point_restart_and_reproduce_slice(spark, kafka, tmp_path
     run_available_now(spark, cfg)
     assert_store_matches(spark, cfg, gen, exact_quarantine=False)
     # A fresh checkpoint re-reading the whole topic (a reset job) adds no message.
-    cfg2 = job_config(kafka, topic, tmp_path, **{"warehouse.checkpoints": str(tmp_path / "cp2")})
+    cfg2 = job_config(kafka, topic, tmp_path, **{"warehouse.checkpoints": str(tmp_path / "cp2"),
+                                                 "store.log_checkpoint_interval": 2})
     run_available_now(spark, cfg2)
     assert_store_matches(spark, cfg2, gen, exact_quarantine=False)
+    # The log checkpoints: delta-rs wrote them (no Spark footer), none by Spark's commits.
+    time.sleep(2)  # the last batch's checkpoint thread
+    for table in ("messages", "quarantine"):
+        written = checkpoints(cfg.table_path(table))
+        assert written and not any(written.values()), (table, written)
 
 
 def test_store_tables_of_an_older_version_get_the_current_properties(spark, tmp_path):
-    """A warehouse made when `messages` and `quarantine` checkpointed every 20 and 10 commits
-    gets the current intervals (100, 101; the untimed index 103) at the store job's start, in one
-    metadata commit each; a table already right gets no commit."""
+    """A warehouse made when Spark's Delta checkpointed `messages` and `quarantine` every 20 and
+    10 commits gets Spark's checkpoints turned off on every store table at the store job's start
+    (the job writes them with delta-rs), in one metadata commit each; a table already right gets
+    no commit."""
     from delta.tables import DeltaTable
 
     from core.settings import WarehouseSettings
-    from core.tables import MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES
+    from core.tables import MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES, NO_SPARK_CHECKPOINTS
     from pipeline.spark.delta import ensure_table
     from pipeline.store.tables import MESSAGES_SCHEMA, QUARANTINE_SCHEMA, UNTIMED_INDEX, ensure_store_tables
 
@@ -149,11 +160,12 @@ def test_store_tables_of_an_older_version_get_the_current_properties(spark, tmp_
     ensure_store_tables(spark, wh)  # as maintain does: creates what is missing, changes nothing
     assert props("messages")["delta.checkpointInterval"] == "20"
     ensure_store_tables(spark, wh, update_properties=True)  # as the store job does at its start
-    assert props("messages")["delta.checkpointInterval"] == "100"
+    off = NO_SPARK_CHECKPOINTS["delta.checkpointInterval"]
+    assert props("messages")["delta.checkpointInterval"] == off
     assert props("messages")["delta.dataSkippingStatsColumns"] == MESSAGES_PROPERTIES["delta.dataSkippingStatsColumns"]
-    # Coprime intervals: while the versions move together no batch carries two checkpoints.
-    assert props("quarantine")["delta.checkpointInterval"] == "101"
-    assert props(UNTIMED_INDEX)["delta.checkpointInterval"] == "103"
+    assert props("quarantine")["delta.checkpointInterval"] == off
+    assert props(UNTIMED_INDEX)["delta.checkpointInterval"] == off
+    assert props("job_metrics")["delta.checkpointInterval"] == off
     before = (version("messages"), version("quarantine"), version(UNTIMED_INDEX))
     ensure_store_tables(spark, wh, update_properties=True)
     assert (version("messages"), version("quarantine"), version(UNTIMED_INDEX)) == before

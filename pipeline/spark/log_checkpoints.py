@@ -1,0 +1,175 @@
+"""Delta log checkpoints written beside a Spark job, with delta-rs (`deltalake`), on a thread of
+the driver's Python process: never inside a micro-batch.
+
+Spark's Delta writes a table's checkpoint in the commit that reaches `delta.checkpointInterval`:
+six Spark jobs (state reconstruction, checksum, the parquet write) and their planning, 1.5-2.5 s
+on an idle two-core machine and 2.7-3.4 s under the store's load, in the batch that commits it.
+On a Spark thread beside the batches it is worse (its tasks queue with theirs for the same
+cores; docs/decisions.md, session 10). delta-rs writes the same classic checkpoint (the Delta
+protocol's format, read by Spark and every Delta reader) in ~20-70 ms of one core, outside the
+JVM and its task slots. So the tables a job appends to have Spark's own checkpoints turned off
+(`core.tables.NO_SPARK_CHECKPOINTS`), and the job's `LogCheckpointer` writes one at every `interval`-th
+version instead. Should delta-rs fail on a table (a table feature it cannot write, say), the
+checkpointer asks Spark's Delta for the checkpoint instead, and says so once.
+
+The checkpoint is at the exact multiple of `interval` (the table loaded as of that version), so
+several jobs checkpointing one table (every job appends to job_metrics) write the same file.
+Expired log files are deleted after a checkpoint, at most once in `cleanup_every_s`, by the
+table's `delta.logRetentionDuration` (what Spark's checkpoint did).
+
+On a local file system, Hadoop's checksum sidecars (`.<file>.crc`, written by Spark beside every
+log file) must follow: a stale `._last_checkpoint.crc` (left by a checkpoint Spark wrote earlier)
+fails Spark's read of `_last_checkpoint` (and a stale one of a checkpoint file, its reads), and the sidecars of deleted log files would be left
+behind. The checkpointer removes them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+log = logging.getLogger("waku.delta.checkpoints")
+
+# Versions between two checkpoints: readers replay at most this many small JSON commits.
+DEFAULT_INTERVAL = 100
+LAST_CHECKPOINT_SIDECAR = "._last_checkpoint.crc"
+
+
+def _local_dir(path: str) -> str | None:
+    """The directory of a table on the local file system, or None (an object store)."""
+    if path.startswith("file:"):
+        return "/" + path[len("file:"):].lstrip("/")
+    return None if "://" in path else path
+
+
+def remove_stale_sidecars(log_dir: str, version: int | None = None, orphans: bool = False,
+                          min_age_s: float = 60.0) -> int:
+    """Remove Hadoop checksum sidecars that no longer match their file: `._last_checkpoint.crc`
+    and the checkpoint's of `version` (delta-rs rewrote them without one: Spark may have written
+    that version's checkpoint before) and, with `orphans`, the sidecars (older than `min_age_s`:
+    not one of a file being renamed) of log files that are gone. Returns how many were removed."""
+    stale = [LAST_CHECKPOINT_SIDECAR]
+    if version is not None:
+        stale.append(f".{version:020d}.checkpoint.parquet.crc")
+    if orphans:
+        now = time.time()
+        with os.scandir(log_dir) as entries:
+            found = {e.name: e for e in entries}
+        stale += [name for name, e in found.items()
+                  if name.startswith(".") and name.endswith(".crc") and name[1:-len(".crc")] not in found
+                  and now - e.stat().st_mtime >= min_age_s]
+    removed = 0
+    for name in stale:
+        try:
+            os.remove(os.path.join(log_dir, name))
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+class LogCheckpointer:
+    """Checkpoints the Delta logs of `paths` every `interval` versions. `poke()` after a commit
+    runs a check on a short-lived daemon thread (one at a time: a poke during a check runs one
+    more after it), so the caller never waits. `spark` (optional) is the fallback when delta-rs
+    cannot write a table's checkpoint."""
+
+    def __init__(self, paths: Sequence[str], interval: int = DEFAULT_INTERVAL, spark: Any = None,
+                 cleanup_every_s: float = 3600.0) -> None:
+        if interval < 1:
+            raise ValueError(f"checkpoint interval must be positive, got {interval}")
+        self.paths = list(paths)
+        self.interval = interval
+        self.cleanup_every_s = cleanup_every_s
+        self._spark = spark
+        self._tables: dict[str, Any] = {}
+        self._done: dict[str, int] = {}          # the last multiple of interval checkpointed (or seen at start)
+        self._cleaned: dict[str, float] = {}
+        self._spark_fallback: set[str] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._again = False
+        self.written: list[tuple[str, int, str]] = []  # (path, version, "delta-rs" | "spark")
+
+    def poke(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                self._again = True
+                return
+            self._thread = threading.Thread(target=self._drain, name="delta-log-checkpoints", daemon=True)
+            self._thread.start()
+
+    def wait(self, timeout: float = 60.0) -> None:
+        """Wait for the check under way, if any (tests; a job's orderly stop)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def _drain(self) -> None:
+        while True:
+            self.check_all()
+            with self._lock:
+                if not self._again:
+                    self._thread = None
+                    return
+                self._again = False
+
+    def check_all(self) -> None:
+        for path in self.paths:
+            try:
+                self.check(path)
+            except Exception as exc:  # noqa: BLE001 - a table not created yet, a transient read error
+                log.warning("delta log checkpoint of %s: %s: %s", path, type(exc).__name__, exc)
+
+    def check(self, path: str) -> int | None:
+        """Checkpoint `path` at the latest multiple of the interval not yet done; returns that
+        version, or None when there is nothing to do."""
+        from deltalake import DeltaTable
+
+        table = self._tables.get(path)
+        if table is None:
+            if not DeltaTable.is_deltatable(path):
+                return None
+            table = self._tables[path] = DeltaTable(path)
+            # At start, the last multiple is taken as done: a checkpoint missed by an earlier run
+            # costs readers one more interval of commits until the next one.
+            self._done[path] = table.version() // self.interval * self.interval
+        else:
+            table.update_incremental()
+        latest = table.version()
+        target = latest // self.interval * self.interval
+        if target <= self._done[path]:
+            return None
+        how = "spark" if path in self._spark_fallback else "delta-rs"
+        began = time.monotonic()
+        if how == "delta-rs":
+            try:
+                table.load_as_version(target)
+                table.create_checkpoint()
+            except Exception as exc:  # noqa: BLE001 - any failure of delta-rs: Spark's Delta writes it
+                if self._spark is None:
+                    raise
+                log.warning("delta-rs cannot checkpoint %s (%s: %s); Spark's Delta writes its checkpoints from now on",
+                            path, type(exc).__name__, exc)
+                self._spark_fallback.add(path)
+                how = "spark"
+            finally:
+                table.update_incremental()
+        if how == "spark":
+            self._spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self._spark._jsparkSession, path).checkpoint()
+        self._done[path] = target
+        self.written.append((path, target, how))
+        local = _local_dir(path)
+        if local is not None and how == "delta-rs":
+            remove_stale_sidecars(os.path.join(local, "_delta_log"), target)
+        log.info("delta log checkpoint of %s at version %d by %s (%.0f ms)", path, target, how,
+                 (time.monotonic() - began) * 1000)
+        if time.monotonic() - self._cleaned.get(path, float("-inf")) >= self.cleanup_every_s:
+            self._cleaned[path] = time.monotonic()
+            table.cleanup_metadata()
+            if local is not None:
+                remove_stale_sidecars(os.path.join(local, "_delta_log"), orphans=True)
+        return target

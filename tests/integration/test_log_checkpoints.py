@@ -1,0 +1,80 @@
+"""Delta log checkpoints written by delta-rs beside a Spark writer (pipeline/spark/log_checkpoints.py),
+on real Spark with Delta: Spark's commits write none, Spark and delta-rs read the table from the
+checkpoints written, and a table Spark checkpointed before (its checksum sidecars) stays readable."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from core.tables import NO_SPARK_CHECKPOINTS
+from pipeline.spark.log_checkpoints import LAST_CHECKPOINT_SIDECAR, LogCheckpointer
+
+pytestmark = pytest.mark.integration
+
+
+def checkpoints(path: str) -> dict[int, bool]:
+    """Checkpoint versions in the log, each with whether Spark wrote it (its parquet footer)."""
+    import pyarrow.parquet as pq
+
+    out = {}
+    for name in os.listdir(os.path.join(path, "_delta_log")):
+        if name.endswith(".checkpoint.parquet"):
+            meta = pq.read_metadata(os.path.join(path, "_delta_log", name)).metadata or {}
+            out[int(name.split(".")[0])] = b"org.apache.spark.version" in meta
+    return out
+
+
+def read_through_hadoop(spark, path: str) -> str:
+    """A file read the way Spark's Delta reads it: through Hadoop's local file system, which
+    checks the file against its `.crc` sidecar (ChecksumException on a stale one)."""
+    jvm = spark._jvm
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    fs = p.getFileSystem(spark._jsc.hadoopConfiguration())
+    stream = fs.open(p)
+    try:
+        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+
+
+def test_checkpoints_by_delta_rs_replace_sparks_and_spark_reads_them(spark, tmp_path):
+    from delta.tables import DeltaTable as SparkDeltaTable
+    from deltalake import DeltaTable
+
+    path = str(tmp_path / "t")
+    # A table of an earlier release: Spark's Delta checkpointed it (every 3 commits), leaving
+    # Hadoop checksum sidecars beside _last_checkpoint and the checkpoint file.
+    spark.range(10).write.format("delta").option("delta.checkpointInterval", "3").save(path)
+    for _ in range(3):
+        spark.range(10).write.format("delta").mode("append").save(path)
+    assert checkpoints(path) == {3: True}
+    assert os.path.exists(os.path.join(path, "_delta_log", LAST_CHECKPOINT_SIDECAR))
+    settings = ", ".join(f"'{k}' = '{v}'" for k, v in NO_SPARK_CHECKPOINTS.items())
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({settings})")  # version 4
+
+    writer = LogCheckpointer([path], interval=4, spark=spark)
+    assert writer.check(path) is None  # at start, the last multiple (4) counts as done
+    for _ in range(9):  # versions 5..13
+        spark.range(10).write.format("delta").mode("append").save(path)
+        writer.poke()
+        writer.wait()
+    # Spark's commits wrote none (its interval is off); delta-rs wrote 8 and 12, exactly there.
+    assert checkpoints(path) == {3: True, 8: False, 12: False}
+    assert writer.written == [(path, 8, "delta-rs"), (path, 12, "delta-rs")]
+    log_dir = os.path.join(path, "_delta_log")
+    assert not os.path.exists(os.path.join(log_dir, LAST_CHECKPOINT_SIDECAR))
+    assert json.loads(read_through_hadoop(spark, os.path.join(log_dir, "_last_checkpoint")))["version"] == 12
+
+    # Spark, from a cold cache, starts from delta-rs's checkpoint and sees every row; so does delta-rs.
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    snapshot = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).unsafeVolatileSnapshot()
+    assert snapshot.version() == 13
+    assert snapshot.checkpointProvider().version() == 12
+    assert spark.read.format("delta").load(path).count() == 130
+    assert SparkDeltaTable.forPath(spark, path).history().count() == 14
+    assert DeltaTable(path).to_pyarrow_dataset().count_rows() == 130
+    # And Spark appends on from there.
+    spark.range(10).write.format("delta").mode("append").save(path)
+    assert spark.read.format("delta").load(path).count() == 140
