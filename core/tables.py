@@ -41,10 +41,17 @@ MESSAGES_STATS_COLUMNS = "received_time,pubsub_topic,content_topic,timestamp"
 # (pipeline/spark/log_checkpoints.py): readers replay at most 100 small JSON commits.
 NO_SPARK_CHECKPOINTS = {"delta.checkpointInterval": "1000000000"}
 
+# The log of a table a job commits to every micro-batch: its checkpoints as above, and log files
+# kept an hour (4 files a commit: at a commit a second, 14,400 entries in _delta_log). Every
+# reader lists that directory on each update, at a cost per entry: Spark's Delta ~10 us on a
+# local file system (0.7 us with pipeline's LocalDirLogStore), delta-rs ~0.9 us; 7 days of a
+# commit a second made Spark's commits take seconds within hours (docs/decisions.md, session
+# 19). Time travel reaches an hour back; a Delta stream reading the table must not stop longer.
+JOB_LOG_PROPERTIES = {**NO_SPARK_CHECKPOINTS, "delta.logRetentionDuration": "interval 1 hours"}
+
 MESSAGES_PROPERTIES = {
     "delta.dataSkippingStatsColumns": MESSAGES_STATS_COLUMNS,
-    **NO_SPARK_CHECKPOINTS,
-    "delta.logRetentionDuration": "interval 7 days",
+    **JOB_LOG_PROPERTIES,
     "delta.deletedFileRetentionDuration": "interval 1 days",
 }
 

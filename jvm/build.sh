@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds waku-proto-decode.jar: the ProtoDecode Spark UDF, the filter job's PushEncode, CriteriaMatch and
-# CriteriaIndex (resident criteria: needs kafka-clients at compile time) (our stand-in for spark-protobuf's
+# CriteriaIndex (resident criteria: needs kafka-clients at compile time), LocalDirLogStore (Delta's
+# log store for the local file system, listing without a stat per entry: needs delta-storage) (our stand-in for spark-protobuf's
 # from_protobuf, see pipeline/spark/protobuf.py) plus schemas/waku.desc as the classpath resource
 # /waku.desc. Plain javac + jar, no Maven.
 #
@@ -8,6 +9,7 @@
 # Env:   PYTHON         python whose pyspark jars to compile against (default: <repo>/.venv/bin/python)
 #        PROTOBUF_JAR   protobuf-java jar (default: the protobuf-java jar resolved into <repo>/.cache/jars/spark)
 #        KAFKA_JAR      kafka-clients jar (default: the one resolved into <repo>/.cache/jars/spark)
+#        DELTA_STORAGE_JAR  delta-storage jar (default: the one resolved into <repo>/.cache/jars/spark)
 # Prints the jar's path. Skips the build when the jar is newer than every source and waku.desc.
 set -euo pipefail
 
@@ -17,6 +19,7 @@ OUT_DIR="${1:-$REPO/.cache/jars/spark}"
 PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
 PROTOBUF_JAR="${PROTOBUF_JAR:-$(ls "$REPO"/.cache/jars/spark/protobuf-java-*.jar 2>/dev/null | head -1)}"
 KAFKA_JAR="${KAFKA_JAR:-$(ls "$REPO"/.cache/jars/spark/kafka-clients-*.jar 2>/dev/null | head -1)}"
+DELTA_STORAGE_JAR="${DELTA_STORAGE_JAR:-$(ls "$REPO"/.cache/jars/spark/delta-storage-*.jar 2>/dev/null | head -1)}"
 DESC="$REPO/schemas/waku.desc"
 JAR="$OUT_DIR/waku-proto-decode.jar"
 
@@ -25,6 +28,7 @@ command -v jar >/dev/null 2>&1 || { echo "jvm/build.sh: jar tool not found; inst
 [ -f "$DESC" ] || { echo "jvm/build.sh: $DESC missing; run: python -m schemas.generate" >&2; exit 1; }
 [ -f "$PROTOBUF_JAR" ] || { echo "error: protobuf-java jar not found in .cache/jars/spark: run scripts/resolve_jars.py (make setup)" >&2; exit 1; }
 [ -f "$KAFKA_JAR" ] || { echo "error: kafka-clients jar not found in .cache/jars/spark: run scripts/resolve_jars.py (make setup)" >&2; exit 1; }
+[ -f "$DELTA_STORAGE_JAR" ] || { echo "error: delta-storage jar not found in .cache/jars/spark: run scripts/resolve_jars.py (make setup)" >&2; exit 1; }
 
 mapfile -t SOURCES < <(find "$JVM_DIR/src" -name '*.java' | sort)
 
@@ -49,7 +53,7 @@ trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/classes"
 
 javac --release 17 -nowarn -encoding UTF-8 \
-  -cp "$PYSPARK_DIR/jars/*:$PROTOBUF_JAR:$KAFKA_JAR" \
+  -cp "$PYSPARK_DIR/jars/*:$PROTOBUF_JAR:$KAFKA_JAR:$DELTA_STORAGE_JAR" \
   -d "$WORK/classes" "${SOURCES[@]}"
 cp "$DESC" "$WORK/classes/waku.desc"
 jar --create --file "$WORK/waku-proto-decode.jar" -C "$WORK/classes" .

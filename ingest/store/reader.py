@@ -446,7 +446,13 @@ class StoreReader:
                         return None
                     self._table = DeltaTable(self.settings.table_path)
                 else:
-                    self._table.update_incremental()
+                    try:
+                        self._table.update_incremental()
+                    except Exception as exc:  # noqa: BLE001 - retried below from the latest checkpoint
+                        # Behind by more than the log's retention (an hour on the store tables:
+                        # the commits after this version are cleaned up): load the table afresh.
+                        log.info("reloading %s from its latest checkpoint (%s)", self.settings.table_path, exc)
+                        self._table = DeltaTable(self.settings.table_path)
             except Exception as exc:  # noqa: BLE001 - keep serving the last snapshot
                 log.warning("cannot refresh %s: %s", self.settings.table_path, exc)
                 return self.snapshot.version if self.snapshot else None

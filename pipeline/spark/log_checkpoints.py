@@ -14,13 +14,13 @@ checkpointer asks Spark's Delta for the checkpoint instead, and says so once.
 
 The checkpoint is at the exact multiple of `interval` (the table loaded as of that version), so
 several jobs checkpointing one table (every job appends to job_metrics) write the same file.
-Expired log files are deleted after a checkpoint, at most once in `cleanup_every_s`, by the
-table's `delta.logRetentionDuration` (what Spark's checkpoint did).
+Expired log files (by the table's `delta.logRetentionDuration`) are deleted after each
+checkpoint, as Spark's checkpoint did.
 
 On a local file system, Hadoop's checksum sidecars (`.<file>.crc`, written by Spark beside every
 log file) must follow: a stale `._last_checkpoint.crc` (left by a checkpoint Spark wrote earlier)
-fails Spark's read of `_last_checkpoint` (and a stale one of a checkpoint file, its reads), and the sidecars of deleted log files would be left
-behind. The checkpointer removes them.
+fails Spark's read of `_last_checkpoint` (and a stale one of a checkpoint file, its reads),
+and the sidecars of deleted log files would be left behind. The checkpointer removes them.
 """
 from __future__ import annotations
 
@@ -77,17 +77,14 @@ class LogCheckpointer:
     more after it), so the caller never waits. `spark` (optional) is the fallback when delta-rs
     cannot write a table's checkpoint."""
 
-    def __init__(self, paths: Sequence[str], interval: int = DEFAULT_INTERVAL, spark: Any = None,
-                 cleanup_every_s: float = 3600.0) -> None:
+    def __init__(self, paths: Sequence[str], interval: int = DEFAULT_INTERVAL, spark: Any = None) -> None:
         if interval < 1:
             raise ValueError(f"checkpoint interval must be positive, got {interval}")
         self.paths = list(paths)
         self.interval = interval
-        self.cleanup_every_s = cleanup_every_s
         self._spark = spark
         self._tables: dict[str, Any] = {}
         self._done: dict[str, int] = {}          # the last multiple of interval checkpointed (or seen at start)
-        self._cleaned: dict[str, float] = {}
         self._spark_fallback: set[str] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -103,7 +100,7 @@ class LogCheckpointer:
             self._thread.start()
 
     def wait(self, timeout: float = 60.0) -> None:
-        """Wait for the check under way, if any (tests; a job's orderly stop)."""
+        """Wait for the check under way, if any."""
         thread = self._thread
         if thread is not None:
             thread.join(timeout)
@@ -167,9 +164,9 @@ class LogCheckpointer:
             remove_stale_sidecars(os.path.join(local, "_delta_log"), target)
         log.info("delta log checkpoint of %s at version %d by %s (%.0f ms)", path, target, how,
                  (time.monotonic() - began) * 1000)
-        if time.monotonic() - self._cleaned.get(path, float("-inf")) >= self.cleanup_every_s:
-            self._cleaned[path] = time.monotonic()
-            table.cleanup_metadata()
-            if local is not None:
-                remove_stale_sidecars(os.path.join(local, "_delta_log"), orphans=True)
+        # Log files past the table's retention, before this checkpoint (Spark's checkpoint did the
+        # same): the log directory stays the size of its retention.
+        table.cleanup_metadata()
+        if local is not None:
+            remove_stale_sidecars(os.path.join(local, "_delta_log"), orphans=True)
         return target

@@ -39,7 +39,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from core.config import Config, ConfigError
 from core.job_metrics import JOB_METRICS_COLUMNS, JOB_METRICS_PARTITION_BY, JOBS, METRIC_PREFIX
 from core.settings import WarehouseSettings
-from core.tables import NO_SPARK_CHECKPOINTS
+from core.tables import JOB_LOG_PROPERTIES
 from pipeline.spark.delta import ensure_properties, ensure_table, retry_conflicts
 from pipeline.spark.log_checkpoints import LogCheckpointer
 
@@ -83,7 +83,7 @@ def ensure_job_metrics_table(spark: SparkSession, path: str) -> None:
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(spark, path):
-        ensure_table(spark, path, JOB_METRICS_SCHEMA, list(JOB_METRICS_PARTITION_BY), dict(NO_SPARK_CHECKPOINTS))
+        ensure_table(spark, path, JOB_METRICS_SCHEMA, list(JOB_METRICS_PARTITION_BY), dict(JOB_LOG_PROPERTIES))
         return
 
     def migrate() -> None:
@@ -101,9 +101,9 @@ def ensure_job_metrics_table(spark: SparkSession, path: str) -> None:
         log.info("job_metrics at %s rewritten partitioned by %s", path, ", ".join(JOB_METRICS_PARTITION_BY))
 
     retry_conflicts("migrate job_metrics", migrate)
-    # A table of an earlier release: Spark's checkpoints off (a metadata commit, once; a
-    # concurrent append of another job retries on its conflict).
-    ensure_properties(spark, path, dict(NO_SPARK_CHECKPOINTS))
+    # A table of an earlier release: Spark's checkpoints off, the log kept an hour (a metadata
+    # commit, once; a concurrent append of another job retries on its conflict).
+    ensure_properties(spark, path, dict(JOB_LOG_PROPERTIES))
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from core.settings import WarehouseSettings
-from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES, NO_SPARK_CHECKPOINTS
+from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES, JOB_LOG_PROPERTIES
 from pipeline.spark.delta import ensure_properties, ensure_table
 from pipeline.spark.metrics import ensure_job_metrics_table
 
@@ -41,15 +41,15 @@ QUARANTINE_SCHEMA = T.StructType([
 # those of `messages` and the untimed index, are written beside the batches by the store job
 # (pipeline/spark/log_checkpoints.py), not by Spark's Delta inside one (Delta's default of 10
 # put a ~2 s checkpoint in every tenth batch).
-QUARANTINE_PROPERTIES = dict(NO_SPARK_CHECKPOINTS)
+QUARANTINE_PROPERTIES = dict(JOB_LOG_PROPERTIES)
 
 # The untimed index: the hash (and first receive time) of every stored message without a sender
 # timestamp. Such a message can come again at any time, so its copies are checked against the
 # whole retention; this narrow table (32 bytes a row, only untimed messages) is what that check
 # reads, instead of every file of `messages` that holds an untimed row (docs/decisions.md).
 UNTIMED_INDEX = "untimed_hashes"
-# Appended in every batch that stores an untimed message: checkpointed like the others.
-UNTIMED_PROPERTIES = dict(NO_SPARK_CHECKPOINTS)
+# Appended in every batch that stores an untimed message: its log kept like the others'.
+UNTIMED_PROPERTIES = dict(JOB_LOG_PROPERTIES)
 UNTIMED_SCHEMA = T.StructType([
     T.StructField("message_hash", T.BinaryType(), False),
     T.StructField("received_time", T.DoubleType(), False),

@@ -78,3 +78,33 @@ def test_checkpoints_by_delta_rs_replace_sparks_and_spark_reads_them(spark, tmp_
     # And Spark appends on from there.
     spark.range(10).write.format("delta").mode("append").save(path)
     assert spark.read.format("delta").load(path).count() == 140
+
+
+def test_the_local_log_store_lists_a_log_as_deltas_own_does(spark, tmp_path):
+    """conf/spark-defaults.conf makes LocalDirLogStore Delta's log store for local paths: the same
+    entries in the same order as Delta's default (HDFSLogStore), without a stat of the entries
+    below the start (docs/decisions.md, session 19)."""
+    path = str(tmp_path / "t")
+    for _ in range(4):
+        spark.range(3).write.format("delta").mode("append").save(path)
+    log_dir = os.path.join(path, "_delta_log")
+    for junk in ("00000000000000000000-below", ".00000000000000000003.json.tmp", "00000000000000000002.json.tmp"):
+        open(os.path.join(log_dir, junk), "w").close()
+    jvm = spark._jvm
+    conf = spark._jsc.hadoopConfiguration()
+    start = jvm.org.apache.hadoop.fs.Path(f"file:{log_dir}/00000000000000000001.json")
+    delegate = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).store().getDelegate(start)
+    assert delegate.logStoreImpl().getClass().getName() == "waku.pipeline.LocalDirLogStore"
+
+    def names(it) -> list[str]:
+        out = []
+        while it.hasNext():
+            out.append(it.next().getPath().getName())
+        return out
+
+    ours = names(delegate.logStoreImpl().listFrom(start, conf))
+    deltas = names(jvm.io.delta.storage.HDFSLogStore(conf).listFrom(start, conf))
+    assert ours == deltas
+    assert ours[0] == "00000000000000000001.json" and "00000000000000000002.json.tmp" in ours
+    assert not any(n.endswith(".crc") and n.startswith(".") for n in ours)
+    assert spark.read.format("delta").load(path).count() == 12
