@@ -47,12 +47,14 @@ NO_SPARK_CHECKPOINTS = {"delta.checkpointInterval": "1000000000"}
 # local file system (0.7 us with pipeline's LocalDirLogStore), delta-rs ~0.9 us; 7 days of a
 # commit a second made Spark's commits take seconds within hours (docs/decisions.md, session
 # 19). Time travel reaches an hour back; a Delta stream reading the table must not stop longer.
-JOB_LOG_PROPERTIES = {**NO_SPARK_CHECKPOINTS, "delta.logRetentionDuration": "interval 1 hours"}
+# Delta requires the removed files' retention to be at most the log's: an hour too, which only
+# bounds a VACUUM without a retention of its own (`maintain` vacuums with store.vacuum_retain_hours).
+JOB_LOG_PROPERTIES = {**NO_SPARK_CHECKPOINTS, "delta.logRetentionDuration": "interval 1 hours",
+                      "delta.deletedFileRetentionDuration": "interval 1 hours"}
 
 MESSAGES_PROPERTIES = {
     "delta.dataSkippingStatsColumns": MESSAGES_STATS_COLUMNS,
     **JOB_LOG_PROPERTIES,
-    "delta.deletedFileRetentionDuration": "interval 1 days",
 }
 
 # Table names under the warehouse root.
