@@ -44,11 +44,12 @@ NO_SPARK_CHECKPOINTS = {"delta.checkpointInterval": "1000000000"}
 # The log of a table a job commits to every micro-batch: its checkpoints as above, and log files
 # kept an hour (4 files a commit: at a commit a second, 14,400 entries in _delta_log). Every
 # reader lists that directory on each update, at a cost per entry: Spark's Delta ~10 us on a
-# local file system (0.7 us with pipeline's LocalDirLogStore), delta-rs ~0.9 us; 7 days of a
-# commit a second made Spark's commits take seconds within hours (docs/decisions.md, session
-# 19). Time travel reaches an hour back; a Delta stream reading the table must not stop longer.
-# Delta requires the removed files' retention to be at most the log's: an hour too, which only
-# bounds a VACUUM without a retention of its own (`maintain` vacuums with store.vacuum_retain_hours).
+# local file system (a readdir with our LocalDirLogStore: nothing measurable at 100,000),
+# delta-rs ~0.9 us; 7 days of a commit a second would have made Spark's commits take seconds
+# within hours (docs/decisions.md, session 19). Time travel reaches an hour back; a Delta stream
+# reading the table must not stop longer. Delta requires the removed files' retention to be at
+# most the log's: an hour too, which only bounds a VACUUM without a retention of its own
+# (`maintain` vacuums with store.vacuum_retain_hours).
 JOB_LOG_PROPERTIES = {**NO_SPARK_CHECKPOINTS, "delta.logRetentionDuration": "interval 1 hours",
                       "delta.deletedFileRetentionDuration": "interval 1 hours"}
 

@@ -25,8 +25,10 @@ import org.apache.hadoop.fs.RawLocalFileSystem;
  * cleanup, so a table committed every second took seconds a commit within hours. Here the names
  * are read first (one readdir, no stat), and only those from the start on are stat'ed and
  * sorted: Delta's result (the same entries in the same order, checksum sidecars excluded as
- * Hadoop's local file system excludes them), at the cost of a readdir (~0.7 microseconds an
- * entry). The log's retention (store tables: 1 hour) keeps the directory small for every reader.
+ * Hadoop's local file system excludes them), at the cost of a readdir: a commit took 1.3 s
+ * with 100,000 entries below the start through Delta's listing, 0.26 s through this one (0.25 s
+ * with none). The log's retention (store tables: 1 hour) keeps the directory small for every
+ * reader (delta-rs lists it too).
  */
 public class LocalDirLogStore extends HDFSLogStore {
 
