@@ -449,8 +449,9 @@ class StoreReader:
                     try:
                         self._table.update_incremental()
                     except Exception as exc:  # noqa: BLE001 - retried below from the latest checkpoint
-                        # Behind by more than the log's retention (an hour on the store tables:
-                        # the commits after this version are cleaned up): load the table afresh.
+                        # delta-rs catches up from the latest checkpoint when the commits after
+                        # this version are cleaned up (the log is kept an hour on the store
+                        # tables); should an update fail anyway, load the table afresh.
                         log.info("reloading %s from its latest checkpoint (%s)", self.settings.table_path, exc)
                         self._table = DeltaTable(self.settings.table_path)
             except Exception as exc:  # noqa: BLE001 - keep serving the last snapshot

@@ -20,9 +20,9 @@ import org.apache.hadoop.fs.RawLocalFileSystem;
  *
  * <p>Delta lists a table's _delta_log from a version on every commit and snapshot update; on a
  * Hadoop file system that is listStatus of the whole directory, a stat of every entry (about
- * 20 microseconds each here) before the names below the start are dropped. A log directory grows
+ * 10 microseconds each here) before the names below the start are dropped. A log directory grows
  * by four entries a commit (the commit, Delta's checksum, and Hadoop's sidecar of each) until log
- * cleanup, so a table committed every second took seconds a commit within hours. Here the names
+ * cleanup, so a table committed every second would take seconds a commit within hours. Here the names
  * are read first (one readdir, no stat), and only those from the start on are stat'ed and
  * sorted: Delta's result (the same entries in the same order, checksum sidecars excluded as
  * Hadoop's local file system excludes them), at the cost of a readdir: a commit took 1.3 s
