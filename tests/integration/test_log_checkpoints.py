@@ -39,17 +39,32 @@ def read_through_hadoop(spark, path: str) -> str:
         stream.close()
 
 
+def rewrite_through_hadoop(spark, path: str) -> None:
+    """Write a file again through Hadoop's local file system, which puts a checksum sidecar beside it."""
+    with open(path, "rb") as f:
+        content = f.read()
+    jvm = spark._jvm
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    out = p.getFileSystem(spark._jsc.hadoopConfiguration()).create(p, True)
+    try:
+        out.write(bytearray(content))
+    finally:
+        out.close()
+
+
 def test_checkpoints_by_delta_rs_replace_sparks_and_spark_reads_them(spark, tmp_path):
     from delta.tables import DeltaTable as SparkDeltaTable
     from deltalake import DeltaTable
 
     path = str(tmp_path / "t")
     # A table of an earlier release: Spark's Delta checkpointed it (every 3 commits), leaving
-    # Hadoop checksum sidecars beside _last_checkpoint and the checkpoint file.
+    # Hadoop checksum sidecars beside the checkpoint file and (Delta's own log store wrote it
+    # through Hadoop) beside _last_checkpoint.
     spark.range(10).write.format("delta").option("delta.checkpointInterval", "3").save(path)
     for _ in range(3):
         spark.range(10).write.format("delta").mode("append").save(path)
     assert checkpoints(path) == {3: True}
+    rewrite_through_hadoop(spark, os.path.join(path, "_delta_log", "_last_checkpoint"))
     assert os.path.exists(os.path.join(path, "_delta_log", LAST_CHECKPOINT_SIDECAR))
     settings = ", ".join(f"'{k}' = '{v}'" for k, v in NO_SPARK_CHECKPOINTS.items())
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({settings})")  # version 4
@@ -108,3 +123,33 @@ def test_the_local_log_store_lists_a_log_as_deltas_own_does(spark, tmp_path):
     assert ours[0] == "00000000000000000001.json" and "00000000000000000002.json.tmp" in ours
     assert not any(n.endswith(".crc") and n.startswith(".") for n in ours)
     assert spark.read.format("delta").load(path).count() == 12
+
+
+def test_the_local_log_store_writes_a_commit_once(spark, tmp_path):
+    """LocalDirLogStore's write: the lines as Delta's writes them, a second write of a version
+    refused with the FileAlreadyExistsException Delta's commit expects (link(2): atomic also
+    across processes), an overwrite replacing the file, no temporary file left behind."""
+    jvm = spark._jvm
+    conf = spark._jsc.hadoopConfiguration()
+    store = jvm.waku.pipeline.LocalDirLogStore(conf)
+    log_dir = tmp_path / "_delta_log"
+    target = jvm.org.apache.hadoop.fs.Path(f"file:{log_dir}/00000000000000000000.json")
+
+    def lines(*items):
+        out = jvm.java.util.ArrayList()
+        for item in items:
+            out.add(item)
+        return out.iterator()
+
+    store.write(target, lines('{"a":1}', '{"b":2}'), False, conf)
+    assert (log_dir / "00000000000000000000.json").read_text() == '{"a":1}\n{"b":2}\n'
+    with pytest.raises(Exception) as refused:
+        store.write(target, lines('{"c":3}'), False, conf)
+    assert "java.nio.file.FileAlreadyExistsException" in str(refused.value)
+    assert (log_dir / "00000000000000000000.json").read_text() == '{"a":1}\n{"b":2}\n'
+    # An overwrite of a file Hadoop wrote (with its checksum sidecar) leaves it readable through Hadoop.
+    rewrite_through_hadoop(spark, str(log_dir / "00000000000000000000.json"))
+    assert (log_dir / ".00000000000000000000.json.crc").exists()
+    store.write(target, lines('{"d":4}'), True, conf)
+    assert read_through_hadoop(spark, str(log_dir / "00000000000000000000.json")) == '{"d":4}\n'
+    assert sorted(os.listdir(log_dir)) == ["00000000000000000000.json"]
