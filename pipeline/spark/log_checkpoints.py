@@ -73,8 +73,8 @@ def remove_stale_sidecars(log_dir: str, version: int | None = None, orphans: boo
 
 class LogCheckpointer:
     """Checkpoints the Delta logs of `paths` every `interval` versions. `poke()` after a commit
-    runs a check on a short-lived daemon thread (one at a time: a poke during a check runs one
-    more after it), so the caller never waits. `spark` (optional) is the fallback when delta-rs
+    runs a check on a short-lived thread (one at a time: a poke during a check runs one more
+    after it), so the caller never waits. `spark` (optional) is the fallback when delta-rs
     cannot write a table's checkpoint."""
 
     def __init__(self, paths: Sequence[str], interval: int = DEFAULT_INTERVAL, spark: Any = None) -> None:
@@ -96,8 +96,15 @@ class LogCheckpointer:
             if self._thread is not None:
                 self._again = True
                 return
-            self._thread = threading.Thread(target=self._drain, name="delta-log-checkpoints", daemon=True)
-            self._thread.start()
+            # Not a daemon: the interpreter waits for a check under way before it exits. A daemon
+            # thread inside delta-rs when the interpreter finalizes crashes the process (SIGSEGV,
+            # seen at the end of an available-now run).
+            self._thread = threading.Thread(target=self._drain, name="delta-log-checkpoints")
+            try:
+                self._thread.start()
+            except RuntimeError:  # the interpreter is shutting down: no new threads
+                self._thread = None
+                self.check_all()
 
     def wait(self, timeout: float = 60.0) -> None:
         """Wait for the check under way, if any."""
