@@ -86,6 +86,7 @@ class LogCheckpointer:
         self._tables: dict[str, Any] = {}
         self._done: dict[str, int] = {}          # the last multiple of interval checkpointed (or seen at start)
         self._spark_fallback: set[str] = set()
+        self._failing: dict[str, str] = {}       # the error last logged per table
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._again = False
@@ -126,7 +127,13 @@ class LogCheckpointer:
             try:
                 self.check(path)
             except Exception as exc:  # noqa: BLE001 - a table not created yet, a transient read error
-                log.warning("delta log checkpoint of %s: %s: %s", path, type(exc).__name__, exc)
+                said = f"{type(exc).__name__}: {exc}"
+                if self._failing.get(path) != said:  # once per distinct error, not every batch
+                    log.warning("delta log checkpoint of %s: %s (retried after the next commit)", path, said)
+                self._failing[path] = said
+            else:
+                if self._failing.pop(path, None) is not None:
+                    log.info("delta log checkpoint of %s: working again", path)
 
     def check(self, path: str) -> int | None:
         """Checkpoint `path` at the latest multiple of the interval not yet done; returns that
