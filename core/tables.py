@@ -42,8 +42,8 @@ MESSAGES_STATS_COLUMNS = "received_time,pubsub_topic,content_topic,timestamp"
 NO_SPARK_CHECKPOINTS = {"delta.checkpointInterval": "1000000000"}
 
 # The log of a table a job commits to every micro-batch: its checkpoints as above, and log files
-# kept an hour (2 files a commit, the commit and Delta's .crc: at a commit a second, 7,200 entries
-# in _delta_log; 4 when written through Hadoop, with its checksum sidecars). Every
+# kept an hour (3 files a commit: the commit, Delta's .crc and Hadoop's sidecar of that; at a
+# commit a second, 10,800 entries in _delta_log). Every
 # reader lists that directory on each update, at a cost per entry: Spark's Delta ~10 us on a
 # local file system (a readdir with our LocalDirLogStore: nothing measurable at 100,000),
 # delta-rs ~0.9 us; 7 days of a commit a second would have made Spark's commits take seconds
