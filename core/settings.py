@@ -44,6 +44,14 @@ class TopicSettings:
                    t["subscriptions_partitions"], t["push_partitions"])
 
 
+def local_path(location: str) -> str | None:
+    """The local file-system path of a warehouse location (a table, a checkpoint): a plain path
+    or a `file:` URI; None for an object store (`s3a://...`)."""
+    if location.startswith("file:"):
+        return "/" + location[len("file:"):].lstrip("/")
+    return None if "://" in location else location
+
+
 @dataclass(frozen=True)
 class WarehouseSettings:
     """Roots of the Delta tables and of the streaming checkpoints (paths or object-store URIs)."""

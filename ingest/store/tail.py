@@ -43,6 +43,7 @@ from typing import Any
 
 from core.config import Config, ConfigError
 from core.kafka import librdkafka_options
+from core.settings import local_path
 from core.store_page import Index, StoredMessage, StoreQuery, in_window
 from core.validation import Limits, decode_ingest, rejection_reason
 
@@ -419,9 +420,9 @@ def committed_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
     `offsets/<batch>` and `commits/<batch>` files), or None when there is no local checkpoint.
     A batch's Delta commit precedes its commit marker, so everything before these offsets is in
     the table; a later batch may be too (the hash check takes care of it)."""
-    if not checkpoint or "://" in checkpoint and not checkpoint.startswith("file:"):
+    root = local_path(checkpoint) if checkpoint else None
+    if root is None:
         return None
-    root = checkpoint[len("file:"):] if checkpoint.startswith("file:") else checkpoint
     commits = [int(os.path.basename(p)) for p in glob.glob(os.path.join(root, "commits", "*"))
                if os.path.basename(p).isdigit()]
     if not commits:

@@ -31,18 +31,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from core.settings import local_path
+
 log = logging.getLogger("waku.delta.checkpoints")
 
 # Versions between two checkpoints: readers replay at most this many small JSON commits.
 DEFAULT_INTERVAL = 100
 LAST_CHECKPOINT_SIDECAR = "._last_checkpoint.crc"
-
-
-def _local_dir(path: str) -> str | None:
-    """The directory of a table on the local file system, or None (an object store)."""
-    if path.startswith("file:"):
-        return "/" + path[len("file:"):].lstrip("/")
-    return None if "://" in path else path
 
 
 def remove_stale_sidecars(log_dir: str, version: int | None = None, orphans: bool = False,
@@ -173,7 +168,7 @@ class LogCheckpointer:
             self._spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self._spark._jsparkSession, path).checkpoint()
         self._done[path] = target
         self.written.append((path, target, how))
-        local = _local_dir(path)
+        local = local_path(path)
         if local is not None and how == "delta-rs":
             remove_stale_sidecars(os.path.join(local, "_delta_log"), target)
         log.info("delta log checkpoint of %s at version %d by %s (%.0f ms)", path, target, how,

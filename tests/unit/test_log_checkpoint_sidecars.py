@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from pipeline.spark.log_checkpoints import LAST_CHECKPOINT_SIDECAR, _local_dir, remove_stale_sidecars
+from core.settings import local_path
+from pipeline.spark.log_checkpoints import LAST_CHECKPOINT_SIDECAR, remove_stale_sidecars
 
 
 def touch(path, age_s: float = 0.0) -> None:
@@ -36,8 +37,8 @@ def test_stale_and_orphaned_sidecars_go_and_the_others_stay(tmp_path):
         ".00000000000000000008.json.crc", ".00000000000000000009.json.tmp.crc"])
 
 
-def test_local_dirs_and_object_stores():
-    assert _local_dir("/w/messages") == "/w/messages"
-    assert _local_dir("file:/w/messages") == "/w/messages"
-    assert _local_dir("file:///w/messages") == "/w/messages"
-    assert _local_dir("s3a://bucket/w/messages") is None
+def test_local_paths_and_object_stores():
+    assert local_path("/w/messages") == "/w/messages"
+    assert local_path("file:/w/messages") == "/w/messages"
+    assert local_path("file:///w/messages") == "/w/messages"
+    assert local_path("s3a://bucket/w/messages") is None
