@@ -153,3 +153,71 @@ def test_the_local_log_store_writes_a_commit_once(spark, tmp_path):
     store.write(target, lines('{"d":4}'), True, conf)
     assert read_through_hadoop(spark, str(log_dir / "00000000000000000000.json")) == '{"d":4}\n'
     assert sorted(os.listdir(log_dir)) == ["00000000000000000000.json"]
+
+
+def test_the_checkpoint_file_manager_writes_a_file_once(spark, tmp_path):
+    """conf/spark-defaults.conf makes LocalCheckpointFileManager Spark's checkpoint file manager:
+    on a local path a second write of a name is refused with the FileAlreadyExistsException
+    Spark's offset log expects (link(2): atomic also across processes), an overwrite replaces
+    the file and its stale checksum sidecar, a cancelled write leaves nothing, and reads, lists
+    and deletes are Spark's own."""
+    jvm = spark._jvm
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    Path = jvm.org.apache.hadoop.fs.Path
+    d = tmp_path / "offsets"
+    manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.create(
+        Path(f"file:{d}"), conf)
+    assert manager.getClass().getName() == "waku.pipeline.LocalCheckpointFileManager"
+
+    def write(name: str, text: str, overwrite: bool = False) -> None:
+        out = manager.createAtomic(Path(f"file:{d}/{name}"), overwrite)
+        out.write(bytearray(text.encode()))
+        out.close()
+
+    manager.mkdirs(Path(f"file:{d}"))
+    write("0", "v1\nfirst")
+    with pytest.raises(Exception) as refused:
+        write("0", "v1\nsecond")
+    assert "org.apache.hadoop.fs.FileAlreadyExistsException" in str(refused.value)
+    assert read_through_hadoop(spark, str(d / "0")) == "v1\nfirst"
+    rewrite_through_hadoop(spark, str(d / "0"))
+    assert (d / ".0.crc").exists()
+    write("0", "v1\nthird", overwrite=True)
+    assert read_through_hadoop(spark, str(d / "0")) == "v1\nthird"
+    cancelled = manager.createAtomic(Path(f"file:{d}/1"), False)
+    cancelled.write(bytearray(b"v1\nnever"))
+    cancelled.cancel()
+    assert sorted(os.listdir(d)) == ["0"]
+    assert [s.getPath().getName() for s in manager.list(Path(f"file:{d}"))] == ["0"]
+    assert manager.exists(Path(f"file:{d}/0"))
+    manager.delete(Path(f"file:{d}/0"))
+    assert os.listdir(d) == []
+
+
+def test_a_query_restarts_from_offset_and_commit_logs_the_manager_wrote(spark, tmp_path):
+    """A streaming query's offset and commit logs written through the local checkpoint file
+    manager: each batch's offsets and commit are there, and a restarted query goes on from its
+    checkpoint, neither repeating nor skipping a row."""
+    checkpoint = str(tmp_path / "ck")
+    sink = str(tmp_path / "sink")
+    source = spark.readStream.format("rate").option("rowsPerSecond", 200).load().select("value")
+
+    def run(seconds: float) -> None:
+        q = (source.writeStream.format("delta").option("checkpointLocation", checkpoint)
+             .trigger(processingTime="200 milliseconds").start(sink))
+        try:
+            q.awaitTermination(seconds)
+            assert q.exception() is None
+        finally:
+            q.stop()
+
+    run(6)
+    run(6)
+
+    def ids(log: str) -> list[int]:
+        return sorted(int(n) for n in os.listdir(os.path.join(checkpoint, log)) if n.isdigit())
+
+    assert len(ids("commits")) >= 2 and set(ids("commits")) <= set(ids("offsets"))
+    assert not [n for n in os.listdir(os.path.join(checkpoint, "offsets")) if n.endswith(".tmp")]
+    values = [r.value for r in spark.read.format("delta").load(sink).select("value").collect()]
+    assert len(values) == len(set(values)) and sorted(values) == list(range(len(values)))

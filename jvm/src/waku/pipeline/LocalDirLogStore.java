@@ -8,20 +8,15 @@ import java.io.IOException;
 import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.FileAlreadyExistsException;
-import java.nio.file.FileSystemException;
 import java.nio.file.Files;
-import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
-import java.util.UUID;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
-import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
-import org.apache.hadoop.fs.RawLocalFileSystem;
 
 /**
  * Delta's log store for the local file system (spark.delta.logStore.file.impl): Delta's own
@@ -54,21 +49,10 @@ public class LocalDirLogStore extends HDFSLogStore {
     super(hadoopConf);
   }
 
-  /** The local file of a path, or null when its file system is not the local one. */
-  private static File localFile(FileSystem fs, Path path) {
-    if (fs instanceof LocalFileSystem) {
-      return ((LocalFileSystem) fs).pathToFile(path);
-    }
-    if (fs instanceof RawLocalFileSystem) {
-      return ((RawLocalFileSystem) fs).pathToFile(path);
-    }
-    return null;
-  }
-
   @Override
   public void write(Path path, Iterator<String> actions, Boolean overwrite, Configuration hadoopConf)
       throws IOException {
-    File file = localFile(path.getFileSystem(hadoopConf), path);
+    File file = LocalFiles.localFile(path.getFileSystem(hadoopConf), path);
     if (file == null) {
       super.write(path, actions, overwrite, hadoopConf);
       return;
@@ -76,7 +60,7 @@ public class LocalDirLogStore extends HDFSLogStore {
     List<String> lines = new ArrayList<>();
     actions.forEachRemaining(lines::add);
     java.nio.file.Path target = file.toPath();
-    java.nio.file.Path temp = target.resolveSibling("." + target.getFileName() + "." + UUID.randomUUID() + ".tmp");
+    java.nio.file.Path temp = LocalFiles.tempBeside(target);
     if (!Files.isDirectory(target.getParent())) {
       Files.createDirectories(target.getParent());
     }
@@ -87,23 +71,12 @@ public class LocalDirLogStore extends HDFSLogStore {
           out.write((line + "\n").getBytes(StandardCharsets.UTF_8));
         }
       }
-      // Hadoop's checksum sidecar of an earlier file of this name (written through Hadoop by
-      // Delta's own write) would no longer match: Hadoop's reads would fail on it.
-      java.nio.file.Path sidecar = target.resolveSibling("." + target.getFileName() + ".crc");
-      if (overwrite) {
-        Files.deleteIfExists(sidecar);
-        Files.move(temp, target, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
-        return;
-      }
-      try {
-        Files.createLink(target, temp);
-        Files.deleteIfExists(sidecar);
-      } catch (FileAlreadyExistsException exists) {
-        throw new FileAlreadyExistsException(path.toString());
-      } catch (UnsupportedOperationException | FileSystemException noLinks) {
+      if (!LocalFiles.publish(temp, target, overwrite)) {
         // A file system without hard links: Delta's own write (it checks, then renames).
         super.write(path, lines.iterator(), false, hadoopConf);
       }
+    } catch (FileAlreadyExistsException exists) {
+      throw new FileAlreadyExistsException(path.toString());
     } finally {
       Files.deleteIfExists(temp);
     }
@@ -112,7 +85,7 @@ public class LocalDirLogStore extends HDFSLogStore {
   @Override
   public Iterator<FileStatus> listFrom(Path path, Configuration hadoopConf) throws IOException {
     FileSystem fs = path.getFileSystem(hadoopConf);
-    File dir = localFile(fs, path.getParent());
+    File dir = LocalFiles.localFile(fs, path.getParent());
     if (dir == null) {
       return super.listFrom(path, hadoopConf);
     }
