@@ -99,6 +99,41 @@ def test_store_job_stores_exactly_the_valid_messages_once(spark, kafka, tmp_path
     assert all(m.job == "store" and m.progress_json for m in metrics)
 
 
+def test_all_distinct_columns_are_written_without_a_parquet_dictionary(spark, tmp_path):
+    """conf/spark-defaults.conf turns Parquet's dictionary off for the store's all-distinct
+    columns (hashes, payloads, times, offsets), which would fall back to plain encoding anyway
+    after hashing every value; topics keep theirs. Values repeated here, so a dictionary would be
+    kept wherever it is on."""
+    from pyspark.sql import functions as F
+
+    path = str(tmp_path / "t")
+    (spark.range(2000).select(
+        F.lit(b"x" * 32).alias("message_hash"), F.lit(b"p" * 100).alias("payload"),
+        F.lit(1.5).alias("received_time"), F.lit(7).cast("long").alias("kafka_offset"),
+        (F.col("id") % 3).cast("string").alias("content_topic"))
+     .coalesce(1).write.format("delta").save(path))
+    encodings = parquet_encodings(path)
+    for column in ("message_hash", "payload", "received_time", "kafka_offset"):
+        assert not any("DICTIONARY" in e for e in encodings[column]), (column, encodings[column])
+    assert any("DICTIONARY" in e for e in encodings["content_topic"])
+
+
+def parquet_encodings(table: str) -> dict[str, set[str]]:
+    """Every encoding of each column across the table's Parquet files."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    out: dict[str, set[str]] = {}
+    for f in glob.glob(f"{table}/**/*.parquet", recursive=True):
+        meta = pq.read_metadata(f)
+        for g in range(meta.num_row_groups):
+            for c in range(meta.num_columns):
+                col = meta.row_group(g).column(c)
+                out.setdefault(col.path_in_schema, set()).update(col.encodings)
+    return out
+
+
 def test_stop_at_random_point_restart_and_reproduce_slice(spark, kafka, tmp_path):
     seed = int(time.time())
     print("seed", seed)
