@@ -10,10 +10,13 @@ and into Prometheus series `waku_job_*` served by an exporter on the driver.
 
 * The listener only records queries it watches (by name), so several jobs can share a session
   (tests) and each writes its own rows.
-* Listener callbacks run on Spark's listener bus; they only update Prometheus and queue a row.
+* The listener is JVM-side (`waku.pipeline.ProgressQueue` in our jar): on Spark's listener bus
+  it only queues each event as a line of JSON. A thread here takes the lines every
+  `EVENT_POLL_S` (one py4j call), updates Prometheus and queues a row. (PySpark's Python
+  listener cost ~53 ms of the driver's CPU per progress, converting it through py4j.)
   A writer thread appends the queued rows to Delta every `write_interval_s` (one commit for all
   of them) with Spark, retrying concurrent-commit conflicts. `flush()` waits for the listener bus
-  to deliver what has been posted, then writes at once.
+  to deliver what has been posted, takes it, then writes at once.
 * Rows are at most once per batch: a driver that dies between a batch's commit and the next
   write loses those rows (they are observations; the data tables are exactly once).
 * Kafka lag per topic-partition is the source's `latestOffset` (what the broker held when the
@@ -34,7 +37,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
-from pyspark.sql.streaming import StreamingQueryListener
 
 from core.config import Config, ConfigError
 from core.job_metrics import JOB_METRICS_COLUMNS, JOB_METRICS_PARTITION_BY, JOBS, METRIC_PREFIX
@@ -51,6 +53,9 @@ _TYPES: dict[str, T.DataType] = {
     "map<string,double>": T.MapType(T.StringType(), T.DoubleType()),
 }
 JOB_METRICS_SCHEMA = T.StructType([T.StructField(n, _TYPES[t], nullable) for n, t, nullable in JOB_METRICS_COLUMNS])
+# How often the events the JVM-side listener queued are taken (Prometheus lags them by at most this).
+EVENT_POLL_S = 0.2
+PROGRESS_PREFIX = '{"event":"progress","progress":'
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
 
 
@@ -254,23 +259,6 @@ class JobExporter:
         return server, server.server_address[1]
 
 
-class _Listener(StreamingQueryListener):
-    def __init__(self, owner: "JobMetrics") -> None:
-        self.owner = owner
-
-    def onQueryStarted(self, event) -> None:  # noqa: N802 - pyspark's names
-        self.owner._started(event)
-
-    def onQueryProgress(self, event) -> None:  # noqa: N802
-        self.owner._progress(event.progress)
-
-    def onQueryIdle(self, event) -> None:  # noqa: N802
-        pass
-
-    def onQueryTerminated(self, event) -> None:  # noqa: N802
-        self.owner._terminated(event)
-
-
 class JobMetrics:
     """One job's metrics on its driver: the listener, the exporter and the Delta writer."""
 
@@ -285,7 +273,9 @@ class JobMetrics:
         self._figures: dict[tuple[str, int], BatchFigures] = {}
         self._rows: queue.Queue[dict[str, Any]] = queue.Queue()
         self._write_lock = threading.Lock()
-        self._listener = _Listener(self)
+        self._listener: Any = None                       # the JVM-side ProgressQueue
+        self._events_lock = threading.Lock()
+        self._events_thread: threading.Thread | None = None
         self._server: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -301,7 +291,11 @@ class JobMetrics:
         if self.settings.port >= 0:  # OSError when the port is taken
             self._server, self.port = self.exporter.serve(self.settings.host, self.settings.port)
             log.info("job metrics of %s on http://%s:%d/metrics", self.settings.job, self.settings.host, self.port)
-        self.spark.streams.addListener(self._listener)
+        self._listener = self.spark._jvm.waku.pipeline.ProgressQueue()
+        self.spark._jsparkSession.streams().addListener(self._listener)
+        self._events_thread = threading.Thread(target=self._event_loop, name=f"job-metrics-events-{self.settings.job}",
+                                               daemon=True)
+        self._events_thread.start()
         # Every job appends here: the log is checkpointed beside the appends (Spark's own
         # checkpoints are off on this table, pipeline/spark/log_checkpoints.py).
         self._checkpoints = LogCheckpointer([self.settings.table], spark=self.spark)
@@ -324,43 +318,62 @@ class JobMetrics:
         self.exporter.record(row)
         self._rows.put(row)
 
-    # listener side (Spark's listener bus): never raise into Spark
-    def _started(self, event) -> None:
-        try:
-            with self._lock:
-                if event.name in self._names:
-                    self._runs[str(event.runId)] = event.name
-                    self.exporter.active.labels(self.settings.job, event.name).set(1)
-        except Exception:  # noqa: BLE001
-            log.exception("job metrics: query start")
+    # listener side: the events the JVM-side listener queued, taken in order
+    def _event_loop(self) -> None:
+        while not self._stop.wait(EVENT_POLL_S):
+            try:
+                self.take_events()
+            except Exception as exc:  # noqa: BLE001 - the JVM is going away, or a py4j hiccup
+                log.warning("job metrics: taking listener events failed: %s", exc)
 
-    def _progress(self, progress) -> None:
-        try:
-            with self._lock:
-                name = self._runs.get(str(progress.runId))
-                if name is None:
-                    return
-                figures = self._figures.pop((name, progress.batchId), None)
-                # figures of batches whose progress never came (a failed attempt) are dropped
-                for key in [k for k in self._figures if k[0] == name and k[1] < progress.batchId]:
-                    del self._figures[key]
-            text = progress.json
-            row = progress_row(self.settings.job, json.loads(text), figures, text)
-            self.exporter.record(row)
-            self._rows.put(row)
-        except Exception:  # noqa: BLE001
-            log.exception("job metrics: query progress")
+    def take_events(self) -> int:
+        """Handle every event the listener has queued so far; returns how many."""
+        with self._events_lock:
+            if self._listener is None:
+                return 0
+            lines = [line for line in str(self._listener.drain()).split("\n") if line]
+            for line in lines:
+                try:
+                    if line.startswith(PROGRESS_PREFIX):
+                        text = line[len(PROGRESS_PREFIX):-1]
+                        self._progress(json.loads(text), text)
+                        continue
+                    event = json.loads(line)
+                    if event["event"] == "started":
+                        self._started(event)
+                    elif event["event"] == "terminated":
+                        self._terminated(event)
+                except Exception:  # noqa: BLE001 - one bad event must not stop the others
+                    log.exception("job metrics: listener event %.200s", line)
+            return len(lines)
 
-    def _terminated(self, event) -> None:
-        try:
-            with self._lock:
-                name = self._runs.pop(str(event.runId), None)
-            if name is not None:
-                self.exporter.active.labels(self.settings.job, name).set(0)
-                if event.exception:
-                    self.exporter.failures.labels(self.settings.job, name).inc()
-        except Exception:  # noqa: BLE001
-            log.exception("job metrics: query end")
+    def _started(self, event: Mapping[str, Any]) -> None:
+        with self._lock:
+            if event.get("name") in self._names:
+                self._runs[event["runId"]] = event["name"]
+                self.exporter.active.labels(self.settings.job, event["name"]).set(1)
+
+    def _progress(self, progress: Mapping[str, Any], text: str) -> None:
+        with self._lock:
+            name = self._runs.get(progress["runId"])
+            if name is None:
+                return
+            batch_id = progress["batchId"]
+            figures = self._figures.pop((name, batch_id), None)
+            # figures of batches whose progress never came (a failed attempt) are dropped
+            for key in [k for k in self._figures if k[0] == name and k[1] < batch_id]:
+                del self._figures[key]
+        row = progress_row(self.settings.job, progress, figures, text)
+        self.exporter.record(row)
+        self._rows.put(row)
+
+    def _terminated(self, event: Mapping[str, Any]) -> None:
+        with self._lock:
+            name = self._runs.pop(event["runId"], None)
+        if name is not None:
+            self.exporter.active.labels(self.settings.job, name).set(0)
+            if event.get("exception"):
+                self.exporter.failures.labels(self.settings.job, name).inc()
 
     # writer side
     def _write_loop(self) -> None:
@@ -402,6 +415,7 @@ class JobMetrics:
             self.spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(int(timeout_s * 1000))
         except Exception as exc:  # noqa: BLE001 - a timeout: write what arrived
             log.warning("job metrics: listener bus not drained: %s", exc)
+        self.take_events()
         return self.write_pending()
 
     def stop(self) -> None:
@@ -412,9 +426,14 @@ class JobMetrics:
         except Exception as exc:  # noqa: BLE001 - stopping anyway
             log.warning("job metrics: last append failed: %s", exc)
         try:
-            self.spark.streams.removeListener(self._listener)
+            if self._listener is not None:
+                self.spark._jsparkSession.streams().removeListener(self._listener)
         except Exception:  # noqa: BLE001
             pass
+        with self._events_lock:
+            self._listener = None
+        if self._events_thread is not None:
+            self._events_thread.join(5)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
