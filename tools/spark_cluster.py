@@ -36,6 +36,9 @@ from tools.processes import free_port, pid_alive
 
 DEFAULT_DIR = REPO_ROOT / "var" / "spark-cluster"
 LAUNCHES = 3  # launches of a daemon that exits at start before giving up
+# Answers in a row on the master's web UI port that are not its JSON before the port counts as
+# taken by another server (a master still starting can give one).
+NOT_JSON_ANSWERS = 3
 log = logging.getLogger(__name__)
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -198,6 +201,7 @@ class StandaloneCluster:
             return name.startswith(relaunch)  # () matches no name
 
         last: object = None
+        not_json = 0  # answers in a row that were not the master's JSON
         while time.monotonic() < deadline:
             dead = [n for n in self.pids if self._exited(n)]
             if dead:
@@ -210,6 +214,7 @@ class StandaloneCluster:
                 return False
             try:
                 state = self.state(timeout=2.0)
+                not_json = 0
                 if ok(state):
                     return True
                 last = {k: state.get(k) for k in ("status", "aliveworkers")}
@@ -217,7 +222,13 @@ class StandaloneCluster:
                 last = exc
             except ValueError:
                 # Not JSON: another server (another application's Spark UI) took the web UI port
-                # picked for the master before the master bound it.
+                # picked for the master before the master bound it. A master still starting can
+                # give one such answer too (seen once in CI): only NOT_JSON_ANSWERS in a row count.
+                not_json += 1
+                last = f"{not_json} answer(s) in a row that were not JSON"
+                if not_json < NOT_JSON_ANSWERS:
+                    time.sleep(0.5)
+                    continue
                 if not may_relaunch("master"):
                     raise RuntimeError(f"{self.webui} answers, but not as a spark master (port "
                                        f"{self.webui_port} taken?); see {self.root / 'logs'}") from None
