@@ -128,3 +128,45 @@ def test_a_job_metrics_table_of_an_earlier_release_is_brought_to_the_contract(sp
     df = table.toDF()
     assert df.columns == [f.name for f in JOB_METRICS_SCHEMA.fields]
     assert sorted((r.batch_id, r.input_rows, r.day) for r in df.collect()) == [(0, 5, "2026-11-20"), (1, 7, "2026-11-20")]
+
+
+def test_a_query_start_and_its_failure_reach_prometheus(spark, tmp_path):
+    """The JVM-side listener's start and termination events (pipeline/spark/metrics.py): the
+    query is active while it runs, and a failure, whose message has quotes and newlines,
+    counts once and leaves it inactive."""
+    import threading
+    import time
+
+    cfg = load_config([f"warehouse.root={tmp_path / 'wh'}", f"warehouse.checkpoints={tmp_path / 'cp'}",
+                       "job_metrics.store_port=0"])
+    metrics = JobMetrics(spark, StoreJobSettings.from_config(cfg).metrics).start()
+    metrics.watch("failing")
+    labels = (("job", "store"), ("query", "failing"))
+
+    seen_active = threading.Event()
+
+    def batch(df, batch_id: int) -> None:  # foreachBatch runs in this process, on the driver
+        if seen_active.is_set():
+            raise ValueError('a "quoted"\nfailure')
+
+    try:
+        q = (spark.readStream.format("rate").option("rowsPerSecond", 20).load()
+             .writeStream.queryName("failing").option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="300 milliseconds").foreachBatch(batch).start())
+        deadline = time.monotonic() + 60
+        while True:  # active, and a batch's progress seen
+            live = scrape(metrics.port)
+            if live.get(("waku_job_query_active", labels)) == 1 and live.get(("waku_job_batches_total", labels), 0) >= 1:
+                break
+            assert time.monotonic() < deadline, f"the query's start or progress never reached Prometheus: {live}"
+            time.sleep(0.2)
+        seen_active.set()
+        with pytest.raises(Exception):
+            q.awaitTermination(120)
+        metrics.flush()
+        live = scrape(metrics.port)
+    finally:
+        metrics.stop()
+    assert live[("waku_job_query_failures_total", labels)] == 1
+    assert live[("waku_job_query_active", labels)] == 0
+    assert live[("waku_job_batches_total", labels)] >= 1
