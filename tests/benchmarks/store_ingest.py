@@ -61,7 +61,9 @@ What is measured (over the measured window):
   store_job_jvm_cpu_s  the store job's JVM CPU in the window by thread kind: the JIT's compilers,
                      the GC, Spark's task threads, the rest (tools/processes.jvm_threads_cpu_s;
                      a task thread that ends in the window moves its CPU from tasks to the rest)
-  batch_*            the store job's own per-batch figures from its log (time per phase)
+  batch_*            the store job's own per-batch figures from its log (time per phase): the
+                     batches that ended in the window (before session 21: every batch after the
+                     start-up's, the warm-up's included)
   load_avg_*         os.getloadavg() at start and end (the machine is shared)
 
 `--profile N` instead runs the store query in this process over N seeded records (available-now,
@@ -362,14 +364,15 @@ class DeltaWatcher(threading.Thread):
 BATCH_LINE = re.compile(r"batch (\d+): (\d+) in, (\d+) stored.*\(([\d.]+)s: (\{.*\})\)")
 
 
-def batch_figures(job_log: Path, after_batch: int) -> dict:
-    """Per-batch times the store job logs (`batch N: ... (T s: {phase: s})`), load batches only."""
+def batch_figures(job_log: Path, after_batch: int, last: int | None = None) -> dict:
+    """Per-batch times the store job logs (`batch N: ... (T s: {phase: s})`): the batches after
+    `after_batch` up to `last` (the measured window's)."""
     import ast
 
     times, inputs, phases = [], [], {}
     for line in job_log.read_text(errors="replace").splitlines():
         m = BATCH_LINE.search(line)
-        if not m or int(m.group(1)) <= after_batch:
+        if not m or int(m.group(1)) <= after_batch or (last is not None and int(m.group(1)) > last):
             continue
         times.append(float(m.group(4)))
         inputs.append(int(m.group(2)))
@@ -717,7 +720,6 @@ def main() -> int:
             raise RuntimeError("store job made no commit in 300 s")
         first = next(t for _, t, rows in watcher.commits if rows)
         results["startup_s"] = round(first - submitted, 1)
-        warm_batch = last_batch(job_log)
         log(f"start-up: first commit {results['startup_s']} s after spark-submit; load starts")
 
         per = args.rate / args.producers
@@ -776,6 +778,7 @@ def main() -> int:
         results["warmup_taken_s"] = round(measure_at - load_began, 1)
         time.sleep(max(0.0, measure_at - time.time()))
         load_commit_from = watcher.version
+        window_batch = last_batch(job_log)  # the batch_* figures: batches that end in the window
         # How far behind the job is when the window begins (a backlog left by the warm-up, while
         # the JIT and caches were cold, weighs on every latency of the window): the append ->
         # commit latency, median, of the last commit before the window.
@@ -787,6 +790,7 @@ def main() -> int:
             if p.wait(seconds + 300) != 0:
                 raise RuntimeError(f"producer {i} exited with {p.returncode}: see {tmp / 'logs'}")
         ended = time.time()
+        window_last_batch = last_batch(job_log)
         cpu1 = {k: group_cpu_s(v) for k, v in groups.items()}
         jvm1 = jvm_threads_cpu_s(groups["store_job"])
         summaries = [json.loads((tmp / f"producer-{i}.json").read_text()) for i in range(args.producers)]
@@ -865,7 +869,7 @@ def main() -> int:
             queryable_sample=len(probes), queryable_missing=sum(1 for pr in probes if pr["ms"] is None),
             queryable_p50_ms=finite(percentile(q, 50), 1), queryable_p99_ms=finite(percentile(q, 99), 1),
             queryable_max_ms=finite(max(q), 1) if q else None)
-        results.update(batch_figures(job_log, warm_batch))
+        results.update(batch_figures(job_log, window_batch, window_last_batch))
     finally:
         for p in procs:
             if p.poll() is None:
