@@ -15,8 +15,13 @@ and into Prometheus series `waku_job_*` served by an exporter on the driver.
   `EVENT_POLL_S` (one py4j call), updates Prometheus and queues a row. (PySpark's Python
   listener cost ~53 ms of the driver's CPU per progress, converting it through py4j.)
   A writer thread appends the queued rows to Delta every `write_interval_s` (one commit for all
-  of them) with Spark, retrying concurrent-commit conflicts. `flush()` waits for the listener bus
-  to deliver what has been posted, takes it, then writes at once.
+  of them), retrying concurrent-commit conflicts. `flush()` waits for the listener bus to
+  deliver what has been posted, takes it, then writes at once.
+* On a local warehouse the append is delta-rs's (`deltalake`, ~20 ms in this process): with
+  Spark it was a Spark job and a Delta transaction in the job's JVM every 10 s, and the store
+  job's micro-batches beside it took up to twice their time (docs/decisions.md, session 21).
+  Object stores (where delta-rs would need a lock for concurrent writers) and a table delta-rs
+  cannot append to (it says so once) get Spark's append.
 * Rows are at most once per batch: a driver that dies between a batch's commit and the next
   write loses those rows (they are observations; the data tables are exactly once).
 * Kafka lag per topic-partition is the source's `latestOffset` (what the broker held when the
@@ -39,8 +44,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from core.config import Config, ConfigError
-from core.job_metrics import JOB_METRICS_COLUMNS, JOB_METRICS_PARTITION_BY, JOBS, METRIC_PREFIX
-from core.settings import WarehouseSettings
+from core.job_metrics import JOB_METRICS_COLUMN_NAMES, JOB_METRICS_COLUMNS, JOB_METRICS_PARTITION_BY, JOBS, METRIC_PREFIX
+from core.settings import WarehouseSettings, local_path
 from core.tables import JOB_LOG_PROPERTIES
 from pipeline.spark.delta import ensure_properties, ensure_table, retry_conflicts
 from pipeline.spark.log_checkpoints import LogCheckpointer
@@ -280,7 +285,10 @@ class JobMetrics:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._checkpoints: LogCheckpointer | None = None
+        self._local = local_path(settings.table)  # None: an object store, Spark appends
+        self._rs_table: Any = None                # delta-rs's handle of the table, kept between appends
         self.rows_written = 0
+        self.appended_by: str | None = None       # "delta-rs" or "spark": who made the last append
 
     @property
     def registry(self) -> CollectorRegistry:
@@ -395,11 +403,8 @@ class JobMetrics:
             if not rows:
                 return 0
             try:
-                df = self.spark.createDataFrame([tuple(r.get(f.name) for f in JOB_METRICS_SCHEMA.fields) for r in rows],
-                                                JOB_METRICS_SCHEMA)
-                retry_conflicts("append job_metrics",
-                                lambda: df.write.format("delta").mode("append").option("mergeSchema", "true")
-                                .save(self.settings.table))
+                if not self._append_with_delta_rs(rows):
+                    self._append_with_spark(rows)
             except Exception:
                 for r in rows:
                     self._rows.put(r)
@@ -408,6 +413,44 @@ class JobMetrics:
             if self._checkpoints is not None:
                 self._checkpoints.poke()
             return len(rows)
+
+    def _append_with_delta_rs(self, rows: list[dict[str, Any]]) -> bool:
+        """Append `rows` with delta-rs; False when it is not the table's writer here (an object
+        store, a table of an older contract, or delta-rs failed on it once: Spark from then on)."""
+        if self._local is None:
+            return False
+        import pyarrow as pa
+        from deltalake import DeltaTable, PostCommitHookProperties, write_deltalake
+
+        try:
+            if self._rs_table is None:
+                self._rs_table = DeltaTable(self._local)
+            else:
+                self._rs_table.update_incremental()
+            schema = pa.schema(self._rs_table.schema().to_arrow())
+            if not set(JOB_METRICS_COLUMN_NAMES) <= set(schema.names):
+                return False  # columns the table lacks: Spark's append merges them in
+            data = pa.Table.from_pylist([{name: r.get(name) for name in schema.names} for r in rows], schema=schema)
+            # Nothing after the commit: checkpoints and the log's cleanup are the LogCheckpointer's
+            # (so an error here means no commit, and Spark's append below adds no row twice).
+            write_deltalake(self._rs_table, data, mode="append",
+                            post_commithook_properties=PostCommitHookProperties(create_checkpoint=False,
+                                                                                cleanup_expired_logs=False))
+        except Exception as exc:  # noqa: BLE001 - any failure of delta-rs: Spark appends from now on
+            log.warning("job metrics: delta-rs cannot append to %s (%s: %s); Spark's Delta appends from now on",
+                        self.settings.table, type(exc).__name__, exc)
+            self._local = self._rs_table = None
+            return False
+        self.appended_by = "delta-rs"
+        return True
+
+    def _append_with_spark(self, rows: list[dict[str, Any]]) -> None:
+        df = self.spark.createDataFrame([tuple(r.get(f.name) for f in JOB_METRICS_SCHEMA.fields) for r in rows],
+                                        JOB_METRICS_SCHEMA)
+        retry_conflicts("append job_metrics",
+                        lambda: df.write.format("delta").mode("append").option("mergeSchema", "true")
+                        .save(self.settings.table))
+        self.appended_by = "spark"
 
     def flush(self, timeout_s: float = 60.0) -> int:
         """Deliver every event Spark has posted so far, then write the queued rows now."""

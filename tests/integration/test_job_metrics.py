@@ -54,6 +54,7 @@ def test_store_metrics_in_delta_and_prometheus(spark, kafka, tmp_path):
         assert q.exception() is None
         metrics.flush()
         live = scrape(metrics.port)
+        assert metrics.appended_by == "delta-rs"  # a local warehouse: no Spark job for the append
     finally:
         metrics.stop()
 
@@ -130,6 +131,29 @@ def test_a_job_metrics_table_of_an_earlier_release_is_brought_to_the_contract(sp
     assert sorted((r.batch_id, r.input_rows, r.day) for r in df.collect()) == [(0, 5, "2026-11-20"), (1, 7, "2026-11-20")]
 
 
+def test_a_table_delta_rs_cannot_append_to_gets_spark_s_append_with_every_row_once(spark, tmp_path):
+    """A job_metrics table with a writer feature delta-rs lacks (in-commit timestamps): the first
+    append falls to Spark's Delta, says so once, and later appends stay with Spark."""
+    import datetime as dt
+
+    from pipeline.spark.metrics import JobMetricsSettings, run_row
+
+    path = str(tmp_path / "wh" / "job_metrics")
+    settings = JobMetricsSettings("maintain", path, write_interval_s=60)
+    metrics = JobMetrics(spark, settings).start()
+    try:
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')")
+        began = dt.datetime(2026, 11, 26, 4, 0, tzinfo=dt.timezone.utc).timestamp()
+        for i in range(2):
+            metrics.record(run_row("maintain", f"run-{i}", began + i, began + i + 1, input_rows=i + 1))
+            assert metrics.write_pending() == 1
+            assert metrics.appended_by == "spark"
+    finally:
+        metrics.stop()
+    rows = spark.read.format("delta").load(path).orderBy("run_id").collect()
+    assert [(r.run_id, r.input_rows) for r in rows] == [("run-0", 1), ("run-1", 2)]
+
+
 def test_a_query_start_and_its_failure_reach_prometheus(spark, tmp_path):
     """The JVM-side listener's start and termination events (pipeline/spark/metrics.py): the
     query is active while it runs, and a failure, whose message has quotes and newlines,
@@ -165,6 +189,7 @@ def test_a_query_start_and_its_failure_reach_prometheus(spark, tmp_path):
             q.awaitTermination(120)
         metrics.flush()
         live = scrape(metrics.port)
+        assert metrics.appended_by == "delta-rs"  # a local warehouse: no Spark job for the append
     finally:
         metrics.stop()
     assert live[("waku_job_query_failures_total", labels)] == 1
