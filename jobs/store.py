@@ -7,7 +7,7 @@ import sys
 
 from core.config import add_config_arguments
 from pipeline.spark.entrypoint import setup_job, start_metrics
-from pipeline.spark.session import build_session
+from pipeline.spark.session import build_session, freeze_start_up_objects
 from pipeline.store.job import start_store_query
 from pipeline.store.settings import StoreJobSettings
 
@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     settings, spark_settings = setup_job(args, StoreJobSettings.from_config)
     spark = build_session(spark_settings, "store")
     metrics = start_metrics(spark, settings.metrics)
+    freeze_start_up_objects()
     try:
         query = start_store_query(spark, settings, available_now=args.available_now, metrics=metrics)
         log.info("store query started: %s -> %s", settings.topic, settings.warehouse.table_path("messages"))

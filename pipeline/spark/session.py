@@ -6,6 +6,7 @@ a cluster.
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -33,3 +34,25 @@ def build_session(settings: SparkSettings, app: str, extra: dict[str, str] | Non
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def release_java_objects() -> None:
+    """Frees, now, the Java side of the Python objects a micro-batch left behind (call it after
+    the batch's function has returned, so its DataFrames are garbage).
+
+    py4j keeps every Java object a method was called on in a reference cycle with its bound
+    methods (`JavaObject._methods` holds `JavaMember`s whose `container` is the object), so
+    the JVM's object lives until Python's cyclic collector finds the cycle. A batch's objects
+    outlive its own young collections (it allocates hundreds of thousands of Python objects),
+    and the oldest generation is collected rarely: the store job's JVM held the plans of ~25
+    batches, 15M small objects (every offset literal of every batch's filter), which G1's
+    concurrent marking traversed again and again (a fifth of the job's CPU at 30,000 msg/s;
+    docs/decisions.md, session 22)."""
+    gc.collect()
+
+
+def freeze_start_up_objects() -> None:
+    """Exempts the objects alive now (modules, classes, the session's proxies) from every later
+    collection, so `release_java_objects` after each batch scans only what came since."""
+    gc.collect()
+    gc.freeze()

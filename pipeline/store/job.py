@@ -8,6 +8,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pipeline.spark.kafka_io import read_topic_stream
 from pipeline.spark.log_checkpoints import LogCheckpointer
 from pipeline.spark.metrics import JobMetrics
+from pipeline.spark.session import release_java_objects
 from pipeline.store.recent import RecentHashes
 from pipeline.store.settings import StoreJobSettings
 from pipeline.store.tables import UNTIMED_INDEX, ensure_store_tables
@@ -36,6 +37,8 @@ def start_store_query(spark: SparkSession, settings: StoreJobSettings, available
 
     def process(batch, batch_id: int) -> None:
         stats = write_checked_batch(batch, batch_id, settings, marks, recent)
+        with stats.phase("release_java"):
+            release_java_objects()
         checkpoints.poke()
         if metrics is not None:
             metrics.add_figures(query_name, batch_id, figures(stats))

@@ -616,6 +616,8 @@ def main() -> int:
     parser.add_argument("--probe-poll-ms", type=float, default=10.0,
                         help="the prober asks B for all its unanswered probes this often (one query)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--job-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="one more setting for the store job alone (its --set; repeatable)")
     parser.add_argument("--job-nice", type=int, default=0, metavar="N",
                         help="run the store job (spark-submit and its JVM) at niceness N: on a shared host the "
                              "batch job yields the cores to the serving bridge first")
@@ -689,7 +691,7 @@ def main() -> int:
         submitted = time.time()
         job = subprocess.Popen([*(["nice", "-n", str(args.job_nice)] if args.job_nice else []),
                                 str(REPO / "spark-submit.sh"), "store",
-                                *[a for o in overrides for a in ("--set", o)]],
+                                *[a for o in overrides + args.job_set for a in ("--set", o)]],
                                stdout=job_log.open("ab"), stderr=subprocess.STDOUT, cwd=REPO,
                                start_new_session=True)
         procs.append(job)
@@ -893,7 +895,7 @@ def main() -> int:
                    no_service=args.no_service, warmup_s=args.warmup, warmup_until_lag_s=args.warmup_until_lag,
                    max_offsets_per_trigger=args.max_offsets, trigger_seconds=args.trigger_seconds,
                    payload_bytes=args.payload_bytes, probe_rate=args.probe_rate, probe_poll_ms=args.probe_poll_ms,
-                   master=args.master, job_nice=args.job_nice,
+                   master=args.master, job_nice=args.job_nice, job_set=args.job_set,
                    cores=os.cpu_count(), quick=args.quick, date=time.strftime("%Y-%m-%d"))
     print(json.dumps(results), flush=True)
     return 0

@@ -118,6 +118,32 @@ def test_all_distinct_columns_are_written_without_a_parquet_dictionary(spark, tm
     assert any("DICTIONARY" in e for e in encodings["content_topic"])
 
 
+def test_a_finished_batch_s_java_objects_are_freed_by_release_java_objects(spark):
+    """py4j keeps a Java object in a reference cycle with its bound methods, so a batch's
+    DataFrames (their plans: every literal of its filters) outlive the batch in the JVM until
+    Python's cyclic collector runs. The store job calls release_java_objects after each batch."""
+    import gc
+    import weakref
+
+    from pipeline.spark.session import release_java_objects
+
+    def batch() -> weakref.ref:
+        df = spark.range(10).where("id IN (1, 2, 3)")
+        assert df.count() == 3
+        return weakref.ref(df._jdf)
+
+    enabled = gc.isenabled()
+    gc.disable()  # no collection between the batch and the check
+    try:
+        java_df = batch()
+        assert java_df() is not None, "py4j no longer holds its objects in cycles: release_java_objects is moot"
+        release_java_objects()
+        assert java_df() is None
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def parquet_encodings(table: str) -> dict[str, set[str]]:
     """Every encoding of each column across the table's Parquet files."""
     import glob
