@@ -4,6 +4,7 @@ copy that late is refused by the clock-skew rule, so it cannot be stored twice e
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import time
 import uuid
@@ -133,3 +134,26 @@ def test_records_reproduced_later_in_one_query_are_stored_once(spark, kafka, tmp
         q.stop()
     got = stored()
     assert sorted(got) == sorted(want), f"{len(got)} rows for {len(want)} messages"
+
+
+def test_rows_are_picked_by_their_kafka_coordinates_exactly(spark):
+    """The store job picks the rows to write by (partition, offset), the set one binary literal
+    (CoordinateSet.java): the same partition's other offsets, the same offset in another
+    partition, offsets beyond 32 bits and null coordinates are told apart."""
+    from pyspark.sql import functions as F
+
+    from pipeline.store.writer import in_coordinates
+
+    seed = 20261126
+    print("seed", seed)
+    rnd = random.Random(seed)
+    rows = [(p, o) for p in range(3) for o in [0, 1, 2, 2**31, 2**40 + 7, *rnd.sample(range(10**6), 50)]]
+    rows += [(None, 5), (1, None)]
+    df = spark.createDataFrame(rows, "kafka_partition int, kafka_offset long")
+    picked = set(rnd.sample([r for r in rows if None not in r], 40)) | {(9, 1)}  # a partition without rows
+    chosen = in_coordinates(spark, F.col("kafka_partition"), F.col("kafka_offset"), picked)
+    inside = {(r.kafka_partition, r.kafka_offset) for r in df.where(chosen).collect()}
+    outside = {(r.kafka_partition, r.kafka_offset) for r in df.where(~chosen).collect()}
+    assert inside == picked - {(9, 1)}
+    assert outside == {r for r in rows if None not in r} - picked
+    assert df.where(in_coordinates(spark, F.col("kafka_partition"), F.col("kafka_offset"), set())).count() == 0

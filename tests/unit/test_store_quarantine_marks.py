@@ -35,10 +35,14 @@ def test_marks_rise_with_each_write_and_never_fall():
     assert m.marks == {0: 4, 1: 9}
 
 
-def test_coordinate_predicate_is_one_in_set_per_partition():
-    from pipeline.store.writer import coordinate_predicate
+def test_coordinates_are_packed_as_coordinate_set_reads_them():
+    """12 bytes a pair: big-endian int32 partition, big-endian int64 offset (CoordinateSet.java)."""
+    import struct
 
-    text = coordinate_predicate("kafka_partition", "kafka_offset", {(1, 9), (0, 3), (1, 2), (0, 10)})
-    assert text == ("(kafka_partition = 0 AND kafka_offset IN (3,10)) OR "
-                    "(kafka_partition = 1 AND kafka_offset IN (2,9))")
-    assert coordinate_predicate("p", "o", set()) == "false"
+    from pipeline.store.writer import pack_coordinates
+
+    coords = {(1, 9), (0, 3), (1, 2), (0, 2**62 + 5), (7, 0)}
+    packed = pack_coordinates(coords)
+    assert len(packed) == 12 * len(coords)
+    assert {struct.unpack(">iq", packed[i:i + 12]) for i in range(0, len(packed), 12)} == coords
+    assert pack_coordinates(set()) == b""
