@@ -226,14 +226,12 @@ class StandaloneCluster:
                 # give one such answer too (seen once in CI): only NOT_JSON_ANSWERS in a row count.
                 not_json += 1
                 last = f"{not_json} answer(s) in a row that were not JSON"
-                if not_json < NOT_JSON_ANSWERS:
-                    time.sleep(0.5)
-                    continue
-                if not may_relaunch("master"):
-                    raise RuntimeError(f"{self.webui} answers, but not as a spark master (port "
-                                       f"{self.webui_port} taken?); see {self.root / 'logs'}") from None
-                self._drop_master(f"web UI port {self.webui_port} answers for another server")
-                return False
+                if not_json >= NOT_JSON_ANSWERS:
+                    if not may_relaunch("master"):
+                        raise RuntimeError(f"{self.webui} answers, but not as a spark master (port "
+                                           f"{self.webui_port} taken?); see {self.root / 'logs'}") from None
+                    self._drop_master(f"web UI port {self.webui_port} answers for another server")
+                    return False
             time.sleep(0.5)
         raise TimeoutError(f"waiting for {what} of {self.url}: {last}; see {self.root / 'logs'}")
 

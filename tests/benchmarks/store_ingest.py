@@ -364,7 +364,7 @@ class DeltaWatcher(threading.Thread):
 BATCH_LINE = re.compile(r"batch (\d+): (\d+) in, (\d+) stored.*\(([\d.]+)s: (\{.*\})\)")
 
 
-def batch_figures(job_log: Path, after_batch: int, last: int | None = None) -> dict:
+def batch_figures(job_log: Path, after_batch: int, last: int) -> dict:
     """Per-batch times the store job logs (`batch N: ... (T s: {phase: s})`): the batches after
     `after_batch` up to `last` (the measured window's)."""
     import ast
@@ -372,7 +372,7 @@ def batch_figures(job_log: Path, after_batch: int, last: int | None = None) -> d
     times, inputs, phases = [], [], {}
     for line in job_log.read_text(errors="replace").splitlines():
         m = BATCH_LINE.search(line)
-        if not m or int(m.group(1)) <= after_batch or (last is not None and int(m.group(1)) > last):
+        if not m or not after_batch < int(m.group(1)) <= last:
             continue
         times.append(float(m.group(4)))
         inputs.append(int(m.group(2)))
