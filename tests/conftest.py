@@ -57,8 +57,9 @@ def kafka(config: Config) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def spark(config: Config):
     from core.spark_conf import SparkSettings
-    from pipeline.spark.session import build_session
+    from pipeline.spark.session import build_session, freeze_start_up_objects
 
     session = build_session(SparkSettings.from_config(config), "tests")
+    freeze_start_up_objects()  # as the store job does: its per-batch collection scans only what came since
     yield session
     session.stop()

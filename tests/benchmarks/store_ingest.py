@@ -404,7 +404,7 @@ def profile(args) -> dict:
     from core.config import load_config
     from core.settings import WarehouseSettings
     from core.spark_conf import SparkSettings
-    from pipeline.spark.session import build_session
+    from pipeline.spark.session import build_session, freeze_start_up_objects
     from pipeline.store import job as store_job
     from pipeline.store.settings import StoreJobSettings
     from schemas import pipeline_records_pb2 as pr
@@ -484,6 +484,7 @@ def profile(args) -> dict:
         def prefix(name: str) -> str:  # the writer's name on its figures, when two are compared
             return "" if len(writers) == 1 else f"{name}_"
 
+        freeze_start_up_objects()  # as jobs/store.py does (the records made above are many)
         began = time.monotonic()
         for i, name in enumerate(rounds):
             real = writers[name]
