@@ -29,6 +29,7 @@ from pyspark.sql import types as T
 
 from pipeline.filter.subscriptions import ensure_subscriptions_table
 from pipeline.spark.kafka_io import kafka_options
+from pipeline.spark.session import register_java_function
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
@@ -108,9 +109,7 @@ def prepare_index(spark: "SparkSession", settings: "FilterJobSettings") -> str:
 
 
 def register_match(spark: "SparkSession") -> str:
-    if not spark.catalog.functionExists(MATCH_FN):
-        spark.udf.registerJavaFunction(MATCH_FN, MATCH_CLASS, T.ArrayType(SUBSCRIBER, containsNull=False))
-    return MATCH_FN
+    return register_java_function(spark, MATCH_FN, MATCH_CLASS, T.ArrayType(SUBSCRIBER, containsNull=False))
 
 
 def subscribers(pubsub_topic: "Column", content_topic: "Column", config: str) -> "Column":

@@ -30,6 +30,7 @@ from pipeline.filter.settings import FilterJobSettings
 from pipeline.filter.subscriptions import ensure_subscriptions_table
 from pipeline.spark.kafka_io import kafka_options, read_topic_stream
 from pipeline.spark.records import decode_ingest_records
+from pipeline.spark.session import register_java_function
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -44,9 +45,7 @@ PUSH_ENCODE_FN = "waku_push_record"
 
 
 def register_push_encoder(spark: "SparkSession") -> str:
-    if not spark.catalog.functionExists(PUSH_ENCODE_FN):
-        spark.udf.registerJavaFunction(PUSH_ENCODE_FN, PUSH_ENCODE_CLASS, T.BinaryType())
-    return PUSH_ENCODE_FN
+    return register_java_function(spark, PUSH_ENCODE_FN, PUSH_ENCODE_CLASS, T.BinaryType())
 
 
 def live_subscriptions(spark: "SparkSession", settings: FilterJobSettings) -> "DataFrame":

@@ -36,6 +36,7 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from pipeline.spark.session import register_java_function
 from schemas import DESCRIPTOR_SET_PATH
 
 JAVA_UDF_CLASS = "waku.pipeline.ProtoDecode"
@@ -145,10 +146,7 @@ def udf_name(message_name: str) -> str:
 def register(spark: SparkSession, message_name: str) -> str:
     """Registers the Java decoder for message_name in spark (once per session); returns its name."""
     schema = spark_schema(message_name)  # fails fast on an unknown name, before any JVM call
-    name = udf_name(message_name)
-    if not spark.catalog.functionExists(name):
-        spark.udf.registerJavaFunction(name, JAVA_UDF_CLASS, schema)
-    return name
+    return register_java_function(spark, udf_name(message_name), JAVA_UDF_CLASS, schema)
 
 
 def from_protobuf(

@@ -36,6 +36,15 @@ def build_session(settings: SparkSettings, app: str, extra: dict[str, str] | Non
     return session
 
 
+def register_java_function(spark, name: str, class_name: str, return_type) -> str:
+    """Registers the Java UDF `class_name` (jvm/, on spark.jars) as SQL function `name` in
+    `spark`, once per session (a streaming batch's cloned session sees its parent's); returns
+    `name`."""
+    if not spark.catalog.functionExists(name):
+        spark.udf.registerJavaFunction(name, class_name, return_type)
+    return name
+
+
 def release_java_objects() -> None:
     """Frees, now, the Java side of the Python objects a micro-batch left behind (call it after
     the batch's function has returned, so its DataFrames are garbage).

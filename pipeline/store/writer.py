@@ -53,6 +53,7 @@ from pyspark.sql import types as T
 
 from pipeline.spark.metrics import BatchFigures
 from pipeline.spark.records import decode_ingest_records
+from pipeline.spark.session import register_java_function
 from pipeline.store.recent import BUCKET_S, HASH_DTYPE, BatchDecision, RecentHashes, decide
 from pipeline.store.settings import StoreJobSettings
 from pipeline.store.tables import MESSAGES_SCHEMA, QUARANTINE_SCHEMA, UNTIMED_INDEX, UNTIMED_SCHEMA
@@ -146,9 +147,8 @@ def in_coordinates(spark, partition: Column, offset: Column, coords: set[tuple[i
     as one binary literal (CoordinateSet.java). As an IN list, a literal per offset, the ~12,500
     copies of a 250,000-record batch took ~1 s of the driver's CPU to parse, analyse and plan
     (and through py4j one literal costs ~1 ms each)."""
-    if not spark.catalog.functionExists(COORDINATE_SET_FN):
-        spark.udf.registerJavaFunction(COORDINATE_SET_FN, COORDINATE_SET_CLASS, T.BooleanType())
-    return F.call_function(COORDINATE_SET_FN, partition, offset, F.lit(bytearray(pack_coordinates(coords))))
+    fn = register_java_function(spark, COORDINATE_SET_FN, COORDINATE_SET_CLASS, T.BooleanType())
+    return F.call_function(fn, partition, offset, F.lit(bytearray(pack_coordinates(coords))))
 
 
 class QuarantineMarks:
