@@ -135,8 +135,8 @@ COORDINATE_SET_CLASS = "waku.pipeline.CoordinateSet"
 
 def pack_coordinates(coords: set[tuple[int, int]]) -> bytes:
     """Kafka (partition, offset) pairs as jvm/.../CoordinateSet.java reads them: 12 bytes a pair,
-    a big-endian int32 partition then a big-endian int64 offset."""
-    pairs = np.array(sorted(coords), dtype=np.int64).reshape(-1, 2)
+    a big-endian int32 partition then a big-endian int64 offset, in no order (the UDF sorts)."""
+    pairs = np.array(list(coords), dtype=np.int64).reshape(-1, 2)
     packed = np.empty(len(pairs), dtype=[("partition", ">i4"), ("offset", ">i8")])
     packed["partition"], packed["offset"] = pairs[:, 0], pairs[:, 1]
     return packed.tobytes()
