@@ -77,6 +77,35 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+# However long a broker keeps making progress, it must answer within this many startup timeouts.
+MAX_STARTUP_FACTOR = 10
+
+
+class _StartProgress:
+    """Whether a starting broker advanced since the last look: its process's CPU time (Linux
+    /proc) or the size of its logs grew."""
+
+    def __init__(self, pid: int, logs: Sequence[Path]) -> None:
+        self.pid = pid
+        self.logs = tuple(logs)
+        self.last = self._reading()
+
+    def _reading(self) -> tuple[int, ...]:
+        sizes = tuple(p.stat().st_size if p.exists() else -1 for p in self.logs)
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu = int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+        except (OSError, IndexError, ValueError):
+            cpu = -1
+        return (cpu, *sizes)
+
+    def advanced(self) -> bool:
+        now = self._reading()
+        moved = now != self.last
+        self.last = now
+        return moved
+
+
 def _can_connect(host: str, port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -401,7 +430,11 @@ class EmbeddedKafka:
         from kafka import KafkaAdminClient  # imported late: the CLI error paths do not need it
 
         assert self._proc is not None
-        deadline = began + self.startup_timeout_s
+        # The deadline counts from the broker's last sign of progress (its CPU time or its logs
+        # advancing), not from its start: on a busy machine a JVM that is still starting is
+        # slow, not stuck. A broker silent and idle for startup_timeout_s has failed.
+        progress = _StartProgress(self._proc.pid, (self.server_log, self.console_log))
+        last_progress = began
         last_error = "no answer"
         while True:
             code = self._proc.poll()
@@ -410,10 +443,13 @@ class EmbeddedKafka:
                     f"Kafka exited with code {code} while starting; see {self.server_log}"
                     + self._failure_details()
                 )
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if progress.advanced():
+                last_progress = now
+            if now - last_progress > self.startup_timeout_s or now - began > MAX_STARTUP_FACTOR * self.startup_timeout_s:
                 raise EmbeddedKafkaError(
-                    f"Kafka did not answer on {self.bootstrap_servers} within "
-                    f"{self.startup_timeout_s:.0f} s ({last_error}); see {self.server_log}"
+                    f"Kafka did not answer on {self.bootstrap_servers} after {now - began:.0f} s, "
+                    f"{now - last_progress:.0f} s of them without progress ({last_error}); see {self.server_log}"
                     + self._failure_details()
                 )
             if _can_connect(self.host, self.port):

@@ -26,7 +26,10 @@ def test_kill_minus_nine_everything_under_load_loses_nothing(tmp_path):
          "--keep", str(tmp_path / "run")],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1200)
     print(proc.stderr[-4000:])
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
+    assert lines, (f"faults.py exited {proc.returncode} without its JSON line; stderr's end:\n"
+                   f"{proc.stderr[-4000:]}")
+    result = json.loads(lines[-1])
     result.pop("fault_log", None)
     print(result)
     assert result["faults"] == 6
