@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from tools.processes import pid_alive
+from tools.processes import pid_alive, proc_cpu_s
 
 log = logging.getLogger("tools.embedded_kafka")  # the same name under python -m
 
@@ -90,13 +90,12 @@ class _StartProgress:
         self.logs = tuple(logs)
         self.last = self._reading()
 
-    def _reading(self) -> tuple[int, ...]:
+    def _reading(self) -> tuple[float, ...]:
         sizes = tuple(p.stat().st_size if p.exists() else -1 for p in self.logs)
         try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            cpu = int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+            cpu = proc_cpu_s(self.pid)
         except (OSError, IndexError, ValueError):
-            cpu = -1
+            cpu = -1.0
         return (cpu, *sizes)
 
     def advanced(self) -> bool:
