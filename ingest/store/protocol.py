@@ -18,7 +18,8 @@ from ingest.store.codec import query_from_proto, response_rpc
 from ingest.store.codec_v3 import BAD_REQUEST, hash_of
 from schemas import store_beta2_pb2 as pb
 
-REJECT_REASONS = ("too_many_content_topics", "bad_cursor_time", "no_query", "rate_limited", "catching_up", "error")
+REJECT_REASONS = ("too_many_content_topics", "bad_cursor_time", "no_query", "rate_limited", "busy", "catching_up",
+                  "error")
 
 
 def plan(rpc: pb.HistoryRPC, limits: StoreLimits) -> tuple[StoreQuery | None, str | None]:

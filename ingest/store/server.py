@@ -45,6 +45,7 @@ CLOSE_REASONS = ("undecodable", "bad_frame", "timeout")
 # The v3 answer (status, detail) to a valid query the server does not serve now, by reason.
 V3_REFUSALS = {
     "rate_limited": (codec_v3.TOO_MANY_REQUESTS, "request rate limit reached"),
+    "busy": (codec_v3.TOO_MANY_REQUESTS, "too many queries of this peer at once"),
     "catching_up": (codec_v3.SERVICE_UNAVAILABLE,
                     "the store is catching up with Kafka after a restart; retry shortly"),
 }
@@ -58,7 +59,10 @@ class StoreServiceSettings:
     max_request_bytes: int = 1048576
     max_concurrent_queries: int = 2
     request_timeout_s: float = 10.0
-    max_queries_per_peer_per_s: float = 0.0  # 0: no limit
+    max_queries_per_peer_per_s: float = 0.0  # 0: no limit (nwaku's default for store)
+    # Queries of one peer answered at once; one more is refused at once ("busy"). A client paging
+    # one page after another has one at a time. 0: no limit.
+    max_concurrent_queries_per_peer: int = 4
     reader: ReaderSettings | None = None  # what StoreServer.start opens
     # The fresh tail (ingest/store/tail.py): messages in Kafka not yet in Delta; None: Delta only.
     tail: TailSettings | None = None
@@ -68,8 +72,9 @@ class StoreServiceSettings:
         s = config["store_service"]
         if s["preload_mb"] < 0:
             raise ConfigError(f"store_service.preload_mb: expected 0 or more, got {s['preload_mb']}")
-        if s["max_concurrent_queries"] < 0:
-            raise ConfigError(f"store_service.max_concurrent_queries: expected 0 or more, got {s['max_concurrent_queries']}")
+        for key in ("max_concurrent_queries", "max_concurrent_queries_per_peer"):
+            if s[key] < 0:
+                raise ConfigError(f"store_service.{key}: expected 0 or more, got {s[key]}")
         for key in ("default_page_size", "max_page_size", "max_content_topics", "max_request_bytes",
                     "max_scan_rows", "cache_mb"):
             if s[key] < 1:
@@ -81,7 +86,7 @@ class StoreServiceSettings:
             raise ConfigError("store_service.default_page_size: must not exceed max_page_size")
         return cls(s["enabled"], StoreLimits.from_config(config), s["max_request_bytes"],
                    s["max_concurrent_queries"], s["request_timeout_s"], max(0.0, s["max_queries_per_peer_per_s"]),
-                   ReaderSettings.from_config(config),
+                   s["max_concurrent_queries_per_peer"], ReaderSettings.from_config(config),
                    TailSettings.from_config(config) if s["fresh_tail"] else None)
 
 
@@ -137,6 +142,7 @@ class StoreServer:
         self._limiter: trio.CapacityLimiter | None = None
         rate = settings.max_queries_per_peer_per_s
         self._per_peer = PeerBuckets(rate, 2 * rate)
+        self._in_flight: dict[str, int] = {}  # peer -> its queries being answered now (_serve)
         self.follower: TailFollower | None = None  # the fresh tail's Kafka consumer (start())
 
     @classmethod
@@ -197,7 +203,15 @@ class StoreServer:
                     self.metrics.closed.labels("undecodable").inc()
                     log.debug("store: undecodable RPC from %s", peer_of(stream))
                     return
-                await stream.write(frame(await answer(rpc, stream)))
+                peer = peer_of(stream)
+                self._in_flight[peer] = self._in_flight.get(peer, 0) + 1
+                try:
+                    out = await answer(rpc, stream)
+                finally:
+                    left = self._in_flight.pop(peer) - 1
+                    if left:
+                        self._in_flight[peer] = left
+                await stream.write(frame(out))
         except FrameTimeout:
             self.metrics.closed.labels("timeout").inc()
         except FrameError as exc:
@@ -281,7 +295,11 @@ class StoreServer:
         """Why a valid query is not served now (one of REJECT_REASONS), or None; the same for
         beta2 and v3, each of which answers a refusal in its own form and counts it in
         waku_store_rejected_total."""
-        if not self._per_peer.allow(peer_of(stream)):
+        peer = peer_of(stream)
+        most = self.settings.max_concurrent_queries_per_peer
+        if most and self._in_flight.get(peer, 0) > most:
+            return "busy"
+        if not self._per_peer.allow(peer):
             return "rate_limited"
         if not await self._caught_up():
             return "catching_up"
