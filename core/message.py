@@ -69,7 +69,7 @@ class Limits:
     max_future_received_s: float = 60.0
 
     @classmethod
-    def from_config(cls, config: Any) -> "Limits":
+    def from_config(cls, config: Any) -> Limits:
         return cls(
             max_message_bytes=config.get("limits.max_message_bytes"),
             max_meta_bytes=config.get("limits.max_meta_bytes"),

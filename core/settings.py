@@ -20,7 +20,7 @@ class KafkaSettings:
     client_options: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, config: Config) -> "KafkaSettings":
+    def from_config(cls, config: Config) -> KafkaSettings:
         return cls(config.bootstrap_servers(), config.kafka_client_options())
 
 
@@ -38,7 +38,7 @@ class TopicSettings:
         return f"{self.push_prefix}{bridge_id}"
 
     @classmethod
-    def from_config(cls, config: Config) -> "TopicSettings":
+    def from_config(cls, config: Config) -> TopicSettings:
         t = config["topics"]
         return cls(t["messages"], t["subscriptions"], t["push_prefix"], t["messages_partitions"],
                    t["subscriptions_partitions"], t["push_partitions"])
@@ -65,5 +65,5 @@ class WarehouseSettings:
         return f"{self.checkpoints.rstrip('/')}/{job}"
 
     @classmethod
-    def from_config(cls, config: Config) -> "WarehouseSettings":
+    def from_config(cls, config: Config) -> WarehouseSettings:
         return cls(config.path("warehouse.root"), config.path("warehouse.checkpoints"))

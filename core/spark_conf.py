@@ -28,7 +28,7 @@ class SparkSettings:
     options: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, config: Config) -> "SparkSettings":
+    def from_config(cls, config: Config) -> SparkSettings:
         s = config["spark"]
         return cls(s["master"], s["app_name_prefix"], s["shuffle_partitions"], config.path("spark.jar_dir"),
                    config.spark_options())

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 from core.message import Limits, message_hash, store_digest, timestamp_ns
 
-
 # The earliest receivedTime accepted: 2020-01-01 (Waku v2 did not exist before).
 MIN_RECEIVED_TIME = 1_577_836_800.0
 

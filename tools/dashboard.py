@@ -47,7 +47,7 @@ class DashboardSettings:
     subscriptions: str = "var/warehouse/subscriptions"
 
     @classmethod
-    def from_config(cls, config: Config) -> "DashboardSettings":
+    def from_config(cls, config: Config) -> DashboardSettings:
         d = config["dashboard"]
         if d["refresh_s"] <= 0 or d["history_minutes"] <= 0:
             raise ConfigError("dashboard.refresh_s and dashboard.history_minutes: expected positive values")
@@ -177,14 +177,14 @@ def read_job_metrics(path: str, since: float) -> list[dict[str, Any]]:
         return []
     names = set(table.schema().to_arrow().names) if hasattr(table.schema(), "to_arrow") else set(JOB_COLUMNS)
     cols = [c for c in JOB_COLUMNS if c in names]
-    start = dt.datetime.fromtimestamp(since, dt.timezone.utc).replace(tzinfo=None)
+    start = dt.datetime.fromtimestamp(since, dt.UTC).replace(tzinfo=None)
     data = table.to_pyarrow_dataset()
     cond = ds.field("batch_time") >= pc.scalar(start).cast(data.schema.field("batch_time").type)
     if "day" in names:
         cond = cond & (ds.field("day") >= start.strftime("%Y-%m-%d"))
     rows = data.to_table(columns=cols, filter=cond).to_pylist()
     for r in rows:
-        r["t"] = r["batch_time"].replace(tzinfo=dt.timezone.utc).timestamp()
+        r["t"] = r["batch_time"].replace(tzinfo=dt.UTC).timestamp()
     rows.sort(key=lambda r: r["t"])
     return rows
 
@@ -281,7 +281,7 @@ class Dashboard:
             began = time.monotonic()
             try:
                 self.sample()
-            except Exception:  # noqa: BLE001 - keep sampling
+            except Exception:
                 log.exception("sampling failed")
             self._stop.wait(max(0.1, self.settings.refresh_s - (time.monotonic() - began)))
 
@@ -406,7 +406,7 @@ refresh();
 
 def serve(dashboard: Dashboard, host: str, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             if self.path in ("/", "/index.html"):
                 body, kind = PAGE.encode(), "text/html; charset=utf-8"
             elif self.path.startswith("/api/data"):

@@ -218,7 +218,7 @@ class EmbeddedKafka:
         self.startup_seconds: float | None = None
 
     @classmethod
-    def from_config(cls, config: Any) -> "EmbeddedKafka":
+    def from_config(cls, config: Any) -> EmbeddedKafka:
         """Build from the project config (`core.config.Config`, section `embedded_kafka`)."""
         ek = config["embedded_kafka"]
         return cls(
@@ -376,7 +376,7 @@ class EmbeddedKafka:
                 + (out[-1] if out else "no output")
             )
 
-    def start(self) -> "EmbeddedKafka":
+    def start(self) -> EmbeddedKafka:
         """Start the broker and wait until it answers; raises EmbeddedKafkaError on failure."""
         if self.is_running():
             return self
@@ -490,7 +490,7 @@ class EmbeddedKafka:
             atexit.unregister(self.stop)
             self._atexit_registered = False
 
-    def __enter__(self) -> "EmbeddedKafka":
+    def __enter__(self) -> EmbeddedKafka:
         return self.start()
 
     def __exit__(

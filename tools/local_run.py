@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
-    from tools.processes import start_bridge, start_publisher
     from tools.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError
+    from tools.processes import start_bridge, start_publisher
 
     broker = None
     jobs: dict[str, subprocess.Popen] = {}
@@ -83,7 +83,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
     dashboard = None
     stopping = False
 
-    def on_signal(signum, frame):  # noqa: ARG001
+    def on_signal(signum, frame):
         nonlocal stopping
         stopping = True
 

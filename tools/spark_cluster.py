@@ -145,7 +145,7 @@ class StandaloneCluster:
         self.pids[name] = proc.pid
         self._procs[name] = proc
 
-    def start(self, timeout: float = 120.0) -> "StandaloneCluster":
+    def start(self, timeout: float = 120.0) -> StandaloneCluster:
         """Start the master, then the workers; return once every worker is registered ALIVE.
 
         Ports are picked free, then bound by a JVM a moment later: another process can take one
@@ -249,7 +249,7 @@ class StandaloneCluster:
         if state.exists():
             state.unlink()
 
-    def __enter__(self) -> "StandaloneCluster":
+    def __enter__(self) -> StandaloneCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -281,7 +281,7 @@ class StandaloneCluster:
         (self.root / "cluster.json").write_text(json.dumps(data, indent=2))
 
     @classmethod
-    def load(cls, root: Path = DEFAULT_DIR) -> "StandaloneCluster":
+    def load(cls, root: Path = DEFAULT_DIR) -> StandaloneCluster:
         path = Path(root) / "cluster.json"
         if not path.exists():
             raise FileNotFoundError(f"no cluster started from {root} (no {path.name})")

@@ -51,24 +51,24 @@ SUBSCRIBER = T.StructType([
 ])
 
 
-def _jvm_index(spark: "SparkSession"):
+def _jvm_index(spark: SparkSession):
     return getattr(spark.sparkContext._jvm, INDEX_CLASS)
 
 
-def committed_offsets(spark: "SparkSession", checkpoint: str, topic: str) -> dict[int, int]:
+def committed_offsets(spark: SparkSession, checkpoint: str, topic: str) -> dict[int, int]:
     """Offsets of `topic` up to which the streaming checkpoint's last committed batch wrote its
     sink (any Hadoop file system); {} when the job has not committed a batch."""
     text = _jvm_index(spark).committedOffsets(checkpoint, topic)
     return {int(p): int(o) for p, o in json.loads(text).items()} if text else {}
 
 
-def write_snapshot(spark: "SparkSession", settings: "FilterJobSettings", path: str) -> None:
+def write_snapshot(spark: SparkSession, settings: FilterJobSettings, path: str) -> None:
     """The live rows of Delta `subscriptions` as text lines the index reads."""
     table = ensure_subscriptions_table(spark, settings.warehouse)
     cutoff = time.time() - settings.ttl_s
     rows = spark.read.format("delta").load(table).where(F.col("last_refresh") >= F.lit(cutoff))
 
-    def b64(name: str) -> "Column":
+    def b64(name: str) -> Column:
         return F.base64(F.encode(F.coalesce(F.col(name), F.lit("")), "UTF-8"))
 
     line = F.concat_ws("\t", b64("peer_id"), b64("bridge_id"), b64("pubsub_topic"), b64("content_topic"),
@@ -76,7 +76,7 @@ def write_snapshot(spark: "SparkSession", settings: "FilterJobSettings", path: s
     rows.select(line.alias("value")).write.mode("overwrite").text(path)
 
 
-def _prune_snapshots(spark: "SparkSession", root: str, keep: str) -> None:
+def _prune_snapshots(spark: SparkSession, root: str, keep: str) -> None:
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     base = jvm.org.apache.hadoop.fs.Path(root)
@@ -89,7 +89,7 @@ def _prune_snapshots(spark: "SparkSession", root: str, keep: str) -> None:
             fs.delete(jvm.org.apache.hadoop.fs.Path(base, name), True)
 
 
-def prepare_index(spark: "SparkSession", settings: "FilterJobSettings") -> str:
+def prepare_index(spark: SparkSession, settings: FilterJobSettings) -> str:
     """Bootstrap data of this job run's index; returns its configuration (a JSON literal)."""
     began = time.monotonic()
     offsets = committed_offsets(spark, settings.warehouse.checkpoint_path("subscriptions"),
@@ -108,28 +108,28 @@ def prepare_index(spark: "SparkSession", settings: "FilterJobSettings") -> str:
     return config
 
 
-def register_match(spark: "SparkSession") -> str:
+def register_match(spark: SparkSession) -> str:
     return register_java_function(spark, MATCH_FN, MATCH_CLASS, T.ArrayType(SUBSCRIBER, containsNull=False))
 
 
-def subscribers(pubsub_topic: "Column", content_topic: "Column", config: str) -> "Column":
+def subscribers(pubsub_topic: Column, content_topic: Column, config: str) -> Column:
     """array<struct<peer_id, bridge_id, protocol, request_id>> of the live subscribers."""
     return F.call_function(MATCH_FN, pubsub_topic, content_topic, F.lit(config))
 
 
-def warm_up(spark: "SparkSession", config: str) -> None:
+def warm_up(spark: SparkSession, config: str) -> None:
     """Bootstrap the index in this JVM now (the driver's, which runs the tasks in local mode) so
     the first message does not wait for it."""
     register_match(spark)
     spark.range(1).select(subscribers(F.lit(""), F.lit(""), config)).collect()
 
 
-def index_stats(spark: "SparkSession") -> list[dict]:
+def index_stats(spark: SparkSession) -> list[dict]:
     """Figures of the indexes in the driver's JVM (every index in local mode)."""
     return json.loads(_jvm_index(spark).stats())
 
 
-def close_indexes(spark: "SparkSession") -> None:
+def close_indexes(spark: SparkSession) -> None:
     _jvm_index(spark).closeAll()
 
 
@@ -138,7 +138,7 @@ class IndexCollector:
     mode; on a cluster the indexes live in the executors and this reports none):
     waku_filter_index_* read through py4j at each scrape."""
 
-    def __init__(self, spark: "SparkSession") -> None:
+    def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
 
     def collect(self):

@@ -44,11 +44,11 @@ PUSH_ENCODE_CLASS = "waku.pipeline.PushEncode"
 PUSH_ENCODE_FN = "waku_push_record"
 
 
-def register_push_encoder(spark: "SparkSession") -> str:
+def register_push_encoder(spark: SparkSession) -> str:
     return register_java_function(spark, PUSH_ENCODE_FN, PUSH_ENCODE_CLASS, T.BinaryType())
 
 
-def live_subscriptions(spark: "SparkSession", settings: FilterJobSettings) -> "DataFrame":
+def live_subscriptions(spark: SparkSession, settings: FilterJobSettings) -> DataFrame:
     """The static side: criteria refreshed within the TTL (evaluated at each batch's time)."""
     path = ensure_subscriptions_table(spark, settings.warehouse)
     ttl = settings.ttl_s
@@ -57,8 +57,8 @@ def live_subscriptions(spark: "SparkSession", settings: FilterJobSettings) -> "D
         "pubsub_topic", "content_topic", "peer_id", "bridge_id", "protocol", "request_id")
 
 
-def matches(messages: "DataFrame", subscriptions: "DataFrame", push_prefix: str,
-            broadcast: bool = False) -> "DataFrame":
+def matches(messages: DataFrame, subscriptions: DataFrame, push_prefix: str,
+            broadcast: bool = False) -> DataFrame:
     """Decoded ingest records ⋈ criteria -> Kafka sink rows (topic, key, value). `broadcast`
     forces a broadcast of the criteria (real-time mode allows no shuffle); otherwise Spark chooses."""
     spark = messages.sparkSession
@@ -74,7 +74,7 @@ def matches(messages: "DataFrame", subscriptions: "DataFrame", push_prefix: str,
     )
 
 
-def message_stream(spark: "SparkSession", settings: FilterJobSettings) -> "DataFrame":
+def message_stream(spark: SparkSession, settings: FilterJobSettings) -> DataFrame:
     source = read_topic_stream(spark, settings.kafka, settings.messages_topic,
                                starting_offsets=settings.starting_offsets,
                                max_offsets_per_trigger=settings.max_offsets_per_trigger or None)
@@ -84,7 +84,7 @@ def message_stream(spark: "SparkSession", settings: FilterJobSettings) -> "DataF
         "pubsub_topic", "content_topic", "message_hash", "raw_value")
 
 
-def resident_matches(messages: "DataFrame", config: str, push_prefix: str) -> "DataFrame":
+def resident_matches(messages: DataFrame, config: str, push_prefix: str) -> DataFrame:
     """Decoded ingest records looked up in the resident criteria index (pipeline/filter/criteria.py)
     -> Kafka sink rows (topic, key, value): one row per (message, live subscriber)."""
     spark = messages.sparkSession
@@ -100,7 +100,7 @@ def resident_matches(messages: "DataFrame", config: str, push_prefix: str) -> "D
     )
 
 
-def build_filter_stream(spark: "SparkSession", settings: FilterJobSettings) -> "DataFrame":
+def build_filter_stream(spark: SparkSession, settings: FilterJobSettings) -> DataFrame:
     if settings.criteria == "resident":
         config = prepare_index(spark, settings)
         warm_up(spark, config)
@@ -109,7 +109,7 @@ def build_filter_stream(spark: "SparkSession", settings: FilterJobSettings) -> "
                    settings.push_prefix, broadcast=settings.trigger == "realtime")
 
 
-def check_task_slots(spark: "SparkSession", settings: FilterJobSettings) -> None:
+def check_task_slots(spark: SparkSession, settings: FilterJobSettings) -> None:
     """Real-time mode runs one long task per Kafka partition of the messages topic, all at once."""
     slots = spark.sparkContext.defaultParallelism
     if settings.trigger == "realtime" and slots < settings.messages_partitions:
@@ -120,8 +120,8 @@ def check_task_slots(spark: "SparkSession", settings: FilterJobSettings) -> None
             f"mode) or set filter.trigger = microbatch")
 
 
-def start_filter_query(spark: "SparkSession", settings: FilterJobSettings, query_name: str = "filter",
-                       checkpoint: str | None = None, metrics: "JobMetrics | None" = None) -> "StreamingQuery":
+def start_filter_query(spark: SparkSession, settings: FilterJobSettings, query_name: str = "filter",
+                       checkpoint: str | None = None, metrics: JobMetrics | None = None) -> StreamingQuery:
     """Start the filter query; with `metrics` (started) its progress (output rows = push
     records) goes to Delta job_metrics and Prometheus."""
     check_task_slots(spark, settings)
@@ -145,7 +145,7 @@ def start_filter_query(spark: "SparkSession", settings: FilterJobSettings, query
     return query
 
 
-def join_strategy(query: "StreamingQuery") -> str:
+def join_strategy(query: StreamingQuery) -> str:
     """The physical join of the running query's last micro-batch: "BroadcastHashJoin",
     "SortMergeJoin", ... ("none yet" before the first batch with data)."""
     jsq = query._jsq

@@ -24,7 +24,7 @@ class SubscriptionsJobSettings:
     metrics: JobMetricsSettings | None = None  # [job_metrics]
 
     @classmethod
-    def from_config(cls, config: Config) -> "SubscriptionsJobSettings":
+    def from_config(cls, config: Config) -> SubscriptionsJobSettings:
         f = config["filter"]
         return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
                    config.get("topics.subscriptions"), float(f["subscription_ttl_s"]),
@@ -53,7 +53,7 @@ class FilterJobSettings:
     messages_partitions: int = 4
 
     @classmethod
-    def from_config(cls, config: Config) -> "FilterJobSettings":
+    def from_config(cls, config: Config) -> FilterJobSettings:
         f = config["filter"]
         if f["trigger"] not in TRIGGERS:
             raise ConfigError(f"filter.trigger: expected microbatch or realtime, got {f['trigger']!r}")

@@ -59,13 +59,13 @@ RESET_OPS = ("UNSUBSCRIBE_ALL", "EXPIRE")
 RESTART_PEER = "*"  # BRIDGE_RESTART records name no peer
 
 
-def ensure_subscriptions_table(spark: "SparkSession", warehouse: WarehouseSettings) -> str:
+def ensure_subscriptions_table(spark: SparkSession, warehouse: WarehouseSettings) -> str:
     path = warehouse.table_path("subscriptions")
     ensure_table(spark, path, SUBSCRIPTIONS_SCHEMA, properties={"delta.appendOnly": "false"})
     return path
 
 
-def decode_events(kafka_df: "DataFrame") -> "DataFrame":
+def decode_events(kafka_df: DataFrame) -> DataFrame:
     """Kafka rows -> valid SubscriptionEvents with their Kafka order (`seq`)."""
     ev = from_protobuf(F.col("value"), SUBSCRIPTION_EVENT, kafka_df.sparkSession)
     df = kafka_df.select(ev.alias("e"), F.col("partition"), F.col("offset"))
@@ -79,7 +79,7 @@ def decode_events(kafka_df: "DataFrame") -> "DataFrame":
     )
 
 
-def net_effect(events: "DataFrame") -> tuple["DataFrame", "DataFrame"]:
+def net_effect(events: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(per-peer resets/refreshes, per-criterion last op) of a batch of decoded events."""
     key = ["peer_id", "bridge_id"]
     resets = events.where(F.col("op").isin(*RESET_OPS)).groupBy(*key).agg(F.max("seq").alias("reset_seq"))
@@ -98,7 +98,7 @@ def net_effect(events: "DataFrame") -> tuple["DataFrame", "DataFrame"]:
     return peers, crit.drop("refresh_time")
 
 
-def apply_batch(batch: "DataFrame", path: str) -> dict[str, int]:
+def apply_batch(batch: DataFrame, path: str) -> dict[str, int]:
     """Apply one micro-batch of raw Kafka rows to the table; returns counts for the log."""
     from delta.tables import DeltaTable
 
@@ -148,7 +148,7 @@ def apply_batch(batch: "DataFrame", path: str) -> dict[str, int]:
     return {"events": n}
 
 
-def expire(spark: "SparkSession", path: str, ttl_s: float, now: float | None = None) -> None:
+def expire(spark: SparkSession, path: str, ttl_s: float, now: float | None = None) -> None:
     """Delete criteria not refreshed within the TTL."""
     from delta.tables import DeltaTable
 
@@ -159,8 +159,8 @@ def expire(spark: "SparkSession", path: str, ttl_s: float, now: float | None = N
 class SubscriptionsJob:
     """The streaming query plus the driver-side expiry; `run()` blocks, `start()` does not."""
 
-    def __init__(self, spark: "SparkSession", settings: SubscriptionsJobSettings,
-                 query_name: str = "subscriptions", metrics: "JobMetrics | None" = None) -> None:
+    def __init__(self, spark: SparkSession, settings: SubscriptionsJobSettings,
+                 query_name: str = "subscriptions", metrics: JobMetrics | None = None) -> None:
         self.spark = spark
         self.settings = settings
         self.query_name = query_name
@@ -168,11 +168,11 @@ class SubscriptionsJob:
         self.path = ensure_subscriptions_table(spark, settings.warehouse)
         self.ttl_s = settings.ttl_s
         self.lock = threading.Lock()
-        self.query: "StreamingQuery | None" = None
+        self.query: StreamingQuery | None = None
         self._stop = threading.Event()
         self._expirer: threading.Thread | None = None
 
-    def _process(self, batch: "DataFrame", batch_id: int) -> None:
+    def _process(self, batch: DataFrame, batch_id: int) -> None:
         with self.lock:
             began = time.monotonic()
             counts = apply_batch(batch, self.path)
@@ -197,7 +197,7 @@ class SubscriptionsJob:
             except Exception as exc:  # noqa: BLE001 - next round retries
                 log.warning("expiry failed: %s", exc)
 
-    def start(self) -> "StreamingQuery":
+    def start(self) -> StreamingQuery:
         s = self.settings
         if self.metrics is not None:
             self.metrics.watch(self.query_name)

@@ -30,7 +30,7 @@ def setup_job(args: argparse.Namespace, build: Callable[[Config], S]) -> tuple[S
         raise SystemExit(2) from None
 
 
-def start_metrics(spark, settings: "JobMetricsSettings | None") -> "JobMetrics | None":
+def start_metrics(spark, settings: JobMetricsSettings | None) -> JobMetrics | None:
     """The job's metrics on this driver (listener, Prometheus exporter, Delta writer); None when
     the settings carry none. Stop it with `.stop()` when the job ends (it flushes)."""
     from pipeline.spark.metrics import JobMetrics

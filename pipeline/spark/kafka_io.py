@@ -17,12 +17,12 @@ def kafka_options(kafka: KafkaSettings) -> dict[str, str]:
 
 
 def read_topic_stream(
-    spark: "SparkSession",
+    spark: SparkSession,
     kafka: KafkaSettings,
     topic: str,
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
-) -> "DataFrame":
+) -> DataFrame:
     """A streaming DataFrame of (key, value, topic, partition, offset, timestamp)."""
     reader = spark.readStream.format("kafka").options(**kafka_options(kafka))
     reader = reader.option("subscribe", topic).option("startingOffsets", starting_offsets)
@@ -33,7 +33,7 @@ def read_topic_stream(
     return reader.load()
 
 
-def read_topic_batch(spark: "SparkSession", kafka: KafkaSettings, topic: str) -> "DataFrame":
+def read_topic_batch(spark: SparkSession, kafka: KafkaSettings, topic: str) -> DataFrame:
     """The whole topic as a batch DataFrame (tests, back-fills)."""
     return (
         spark.read.format("kafka").options(**kafka_options(kafka))

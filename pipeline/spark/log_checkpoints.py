@@ -155,7 +155,7 @@ class LogCheckpointer:
             try:
                 table.load_as_version(target)
                 table.create_checkpoint()
-            except Exception as exc:  # noqa: BLE001 - any failure of delta-rs: Spark's Delta writes it
+            except Exception as exc:
                 if self._spark is None:
                     raise
                 log.warning("delta-rs cannot checkpoint %s (%s: %s); Spark's Delta writes its checkpoints from now on",

@@ -44,7 +44,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from core.config import Config, ConfigError
-from core.job_metrics import JOB_METRICS_COLUMN_NAMES, JOB_METRICS_COLUMNS, JOB_METRICS_PARTITION_BY, JOBS, METRIC_PREFIX
+from core.job_metrics import (
+    JOB_METRICS_COLUMN_NAMES,
+    JOB_METRICS_COLUMNS,
+    JOB_METRICS_PARTITION_BY,
+    JOBS,
+    METRIC_PREFIX,
+)
 from core.settings import WarehouseSettings, local_path
 from core.tables import JOB_LOG_PROPERTIES
 from pipeline.spark.delta import ensure_properties, ensure_table, retry_conflicts
@@ -74,7 +80,7 @@ class JobMetricsSettings:
     retention_days: float = 30.0    # maintain deletes older rows (whole days)
 
     @classmethod
-    def from_config(cls, config: Config, job: str) -> "JobMetricsSettings":
+    def from_config(cls, config: Config, job: str) -> JobMetricsSettings:
         if job not in JOBS:
             raise ConfigError(f"job_metrics: unknown job {job!r} (one of {', '.join(JOBS)})")
         m = config["job_metrics"]
@@ -196,9 +202,9 @@ def _timestamp(text: Any) -> dt.datetime:
     """A progress timestamp ("2026-11-23T13:40:00.123Z") as an aware UTC datetime (Spark
     converts aware datetimes exactly, whatever the Python process's local zone)."""
     try:
-        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).astimezone(dt.timezone.utc)
+        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).astimezone(dt.UTC)
     except ValueError:
-        return dt.datetime.now(dt.timezone.utc)
+        return dt.datetime.now(dt.UTC)
 
 
 class JobExporter:
@@ -294,7 +300,7 @@ class JobMetrics:
     def registry(self) -> CollectorRegistry:
         return self.exporter.registry
 
-    def start(self) -> "JobMetrics":
+    def start(self) -> JobMetrics:
         ensure_job_metrics_table(self.spark, self.settings.table)
         if self.settings.port >= 0:  # OSError when the port is taken
             self._server, self.port = self.exporter.serve(self.settings.host, self.settings.port)
@@ -351,7 +357,7 @@ class JobMetrics:
                         self._started(event)
                     elif event["event"] == "terminated":
                         self._terminated(event)
-                except Exception:  # noqa: BLE001 - one bad event must not stop the others
+                except Exception:
                     log.exception("job metrics: listener event %.200s", line)
             return len(lines)
 
@@ -490,7 +496,7 @@ def run_row(job: str, run_id: str, began: float, ended: float, *, input_rows: in
             report: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A job_metrics row for one run of a batch job (maintain)."""
     f = figures or BatchFigures()
-    when = dt.datetime.fromtimestamp(began, dt.timezone.utc)
+    when = dt.datetime.fromtimestamp(began, dt.UTC)
     duration = max(ended - began, 1e-9)
     return {
         "job": job, "day": when.strftime("%Y-%m-%d"), "query_name": job, "query_id": run_id, "run_id": run_id,

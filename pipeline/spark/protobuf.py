@@ -150,7 +150,7 @@ def register(spark: SparkSession, message_name: str) -> str:
 
 
 def from_protobuf(
-    data: Column | str, messageName: str, spark: SparkSession | None = None  # noqa: N803
+    data: Column | str, messageName: str, spark: SparkSession | None = None
 ) -> Column:
     """Decodes protobuf bytes in column `data` into a struct of `messageName`.
 

@@ -21,7 +21,7 @@ MESSAGE_COLUMNS = [
 ]
 
 
-def decode_ingest_records(kafka_df: "DataFrame") -> "DataFrame":
+def decode_ingest_records(kafka_df: DataFrame) -> DataFrame:
     """Kafka rows of waku.messages -> one row per record with the message's fields flattened,
     its digest and message hash, the Kafka lineage, the raw value and `decoded` (false when the
     value is not an IngestRecord; such rows keep only raw value and lineage)."""

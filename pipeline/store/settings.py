@@ -36,7 +36,7 @@ class StoreJobSettings:
         return self.dedup_window_s + 3 * 60.0
 
     @classmethod
-    def from_config(cls, config: Config) -> "StoreJobSettings":
+    def from_config(cls, config: Config) -> StoreJobSettings:
         s = config["store"]
         if s["starting_offsets"] not in ("earliest", "latest"):
             raise ConfigError(f"store.starting_offsets: expected earliest or latest, got {s['starting_offsets']!r}")
@@ -62,7 +62,7 @@ class MaintainSettings:
     metrics: JobMetricsSettings | None = None  # [job_metrics]
 
     @classmethod
-    def from_config(cls, config: Config) -> "MaintainSettings":
+    def from_config(cls, config: Config) -> MaintainSettings:
         s = config["store"]
         return cls(WarehouseSettings.from_config(config), Limits.from_config(config), s["retention_days"],
                    s["retention_max_messages"], s["vacuum_retain_hours"], s["compact_days"],

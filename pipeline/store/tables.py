@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from core.settings import WarehouseSettings
-from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES, JOB_LOG_PROPERTIES
+from core.tables import JOB_LOG_PROPERTIES, MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_PROPERTIES
 from pipeline.spark.delta import ensure_properties, ensure_table
 from pipeline.spark.metrics import ensure_job_metrics_table
 
@@ -91,7 +91,7 @@ def ensure_untimed_index(spark: SparkSession, warehouse: WarehouseSettings) -> N
     try:
         held.select(*UNTIMED_SCHEMA.fieldNames()).coalesce(1).write.format("delta").mode(
             "errorifexists").save(path)
-    except Exception:  # noqa: BLE001 - re-raised unless another creator (maintain) won the race
+    except Exception:
         # The loser of two jobs starting together sees the table there, or a concurrent first
         # commit; either way the winner's table, with the same content, is in place.
         if not DeltaTable.isDeltaTable(spark, path):

@@ -340,10 +340,11 @@ class DeltaWatcher(threading.Thread):
         return True
 
     def _read(self, file: Path, committed: float) -> int:
+        from urllib.parse import unquote
+
         import numpy as np
         import pyarrow as pa
         import pyarrow.parquet as pq
-        from urllib.parse import unquote
 
         t = pq.read_table(Path(unquote(str(file))), columns=["message_hash", "kafka_timestamp"])
         if t.num_rows == 0:
@@ -402,7 +403,6 @@ def profile(args) -> dict:
     `--untimed-share` clears the sender timestamp of that share of the valid records, so the
     global de-duplication check (untimed copies against every stored untimed row) runs."""
     from core.config import load_config
-    from core.settings import WarehouseSettings
     from core.spark_conf import SparkSettings
     from pipeline.spark.session import build_session, freeze_start_up_objects
     from pipeline.store import job as store_job

@@ -129,8 +129,8 @@ def serve(path: str, cache_mb: int, threads: int, preload_mb: int) -> None:
     from libp2p.crypto.ed25519 import create_new_key_pair
 
     from ingest.host import build_host, listen_addrs
-    from ingest.store.server import StoreServer, StoreServiceSettings
     from ingest.store.reader import ReaderSettings, StoreReader
+    from ingest.store.server import StoreServer, StoreServiceSettings
 
     reader = StoreReader(ReaderSettings(path, cache_mb=cache_mb))
     reader.refresh()

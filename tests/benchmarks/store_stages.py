@@ -82,14 +82,13 @@ def main() -> int:
 
     from core.config import load_config
     from core.kafka import ensure_topics
-    from core.settings import KafkaSettings
+    from core.settings import KafkaSettings, WarehouseSettings
     from core.spark_conf import SparkSettings
     from pipeline.spark.kafka_io import read_topic_batch
     from pipeline.spark.records import decode_ingest_records
     from pipeline.spark.session import build_session
-    from pipeline.store.validation import Limits, with_rejection_reason
-    from core.settings import WarehouseSettings
     from pipeline.store.tables import ensure_store_tables
+    from pipeline.store.validation import Limits, with_rejection_reason
     from pipeline.store.writer import QUARANTINE_COLUMNS, STORED_COLUMNS
     from tools.embedded_kafka import EmbeddedKafka
     from tools.loadgen import LoadGenerator, LoadProfile, produce

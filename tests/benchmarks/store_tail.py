@@ -140,7 +140,6 @@ class TimedLock:
 
 def follow_kafka(n: int, payload_bytes: int) -> None:
     import os
-    import socket
     import tempfile
     from pathlib import Path
 
@@ -233,7 +232,7 @@ def gil_latency(rate: float, seconds: float, hold_ms: float, rounds: int, payloa
             arrived: collections.deque[tuple[float, bytes]] = collections.deque()
             if client == "tail":
                 class TimedTail(Tail):
-                    def add_locked(self, messages, coords):  # noqa: ANN001 - Tail's signature
+                    def add_locked(self, messages, coords):
                         messages = list(messages)
                         note_first_copies(messages, seen, late)
                         if commit_s:
@@ -373,7 +372,7 @@ def note_first_copies(messages: list, seen: set[bytes], late: list[float]) -> No
             late.append(now - m.received_time)
 
 
-def hold_gil(stop, hold_s: float, every_s: float) -> None:  # noqa: ANN001 - a threading.Event
+def hold_gil(stop, hold_s: float, every_s: float) -> None:
     """Pure-Python work for `hold_s` every `every_s` (the interpreter switches threads every 5 ms)."""
     d: dict[int, int] = {}
     while not stop.wait(every_s):
@@ -384,7 +383,7 @@ def hold_gil(stop, hold_s: float, every_s: float) -> None:  # noqa: ANN001 - a t
             d.clear()
 
 
-def kafka_python_loop(bootstrap: str, topic: str, seen: set[bytes], late: list[float], stop):  # noqa: ANN001, ANN201
+def kafka_python_loop(bootstrap: str, topic: str, seen: set[bytes], late: list[float], stop):
     """The tail's kafka-python consumer loop as shipped until session 14 (same fetch settings),
     taking each record through the tail's rules."""
 

@@ -120,7 +120,7 @@ def test_a_job_metrics_table_of_an_earlier_release_is_brought_to_the_contract(sp
     old = T.StructType([T.StructField("job", T.StringType(), False), T.StructField("batch_id", T.LongType(), False),
                         T.StructField("batch_time", T.TimestampType(), False), T.StructField("input_rows", T.LongType())])
     path = str(tmp_path / "job_metrics")
-    when = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.timezone.utc)
+    when = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
     spark.createDataFrame([("store", 0, when, 5), ("store", 1, when, 7)], old).write.format("delta").save(path)
     ensure_job_metrics_table(spark, path)
     ensure_job_metrics_table(spark, path)  # once migrated, left alone
@@ -143,7 +143,7 @@ def test_a_table_delta_rs_cannot_append_to_gets_spark_s_append_with_every_row_on
     metrics = JobMetrics(spark, settings).start()
     try:
         spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')")
-        began = dt.datetime(2026, 11, 26, 4, 0, tzinfo=dt.timezone.utc).timestamp()
+        began = dt.datetime(2026, 11, 26, 4, 0, tzinfo=dt.UTC).timestamp()
         for i in range(2):
             metrics.record(run_row("maintain", f"run-{i}", began + i, began + i + 1, input_rows=i + 1))
             assert metrics.write_pending() == 1

@@ -2,11 +2,11 @@
 shards, asks every peer on connect, and disconnects a peer of another cluster."""
 from __future__ import annotations
 
+import multiaddr
 import pytest
 import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.peerinfo import info_from_p2p_addr
-import multiaddr
 
 from core.config import load_config
 from ingest.host import build_host, listen_addrs

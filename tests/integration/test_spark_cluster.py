@@ -66,7 +66,7 @@ def test_a_master_whose_web_ui_port_another_server_answers_on_is_launched_again(
     answered its /json with HTML; the start failed parsing it."""
 
     class Html(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             body = b"<!DOCTYPE html><html><body>another Spark UI</body></html>"
             self.send_response(200)
             self.send_header("Content-Type", "text/html")

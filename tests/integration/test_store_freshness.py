@@ -166,7 +166,7 @@ def _utc(ms: int | None):
 
     if ms is None:
         return None
-    return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
 
 
 async def wait_until(check, timeout: float = 30.0, step: float = 0.02):

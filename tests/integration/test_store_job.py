@@ -8,9 +8,9 @@ import time
 import uuid
 
 import pytest
-from core.kafka import ensure_topics
 
 from core.config import load_config
+from core.kafka import ensure_topics
 from pipeline.spark.metrics import JobMetrics
 from pipeline.store.job import start_store_query
 from pipeline.store.settings import StoreJobSettings

@@ -27,8 +27,8 @@ from ingest.relay.gossipsub import (
     RelayMessageCache,
     RelayObserver,
     RelayPubsub,
-    WakuRelayRouter,
     SeenCache,
+    WakuRelayRouter,
 )
 
 # sha256 (first 16 hex digits) of inspect.getsource() of each method in libp2p==0.8.1.

@@ -8,6 +8,7 @@ from core.config import ConfigError, load_config
 from core.kafka import client_options, librdkafka_options
 from ingest.store.tail import Tail, TailFollower, TailSettings
 
+
 def site_options(tmp_path, items: str):
     """kafka.client_options as an operator writes them in a site file (docs/operations.md)."""
     site = tmp_path / "site.toml"

@@ -8,9 +8,16 @@ import sys
 import pytest
 from google.protobuf import descriptor_pb2
 
-from schemas import (filter_v00_pb2, filter_v2_pb2, pipeline_records_pb2, relay_pb2,
-                     store_beta2_pb2, waku_message_pb2)
-from schemas import DESCRIPTOR_SET_PATH, generate
+from schemas import (
+    DESCRIPTOR_SET_PATH,
+    filter_v00_pb2,
+    filter_v2_pb2,
+    generate,
+    pipeline_records_pb2,
+    relay_pb2,
+    store_beta2_pb2,
+    waku_message_pb2,
+)
 
 W = waku_message_pb2.WakuMessage
 
