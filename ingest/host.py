@@ -28,6 +28,8 @@ from libp2p.stream_muxer.exceptions import MuxedConnError, MuxedStreamError
 from libp2p.stream_muxer.mplex.mplex import MPLEX_PROTOCOL_ID, Mplex
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
+from libp2p.transport.websocket.multiaddr_utils import parse_websocket_multiaddr
+from libp2p.transport.websocket.transport import WebsocketTransport
 
 
 class ListenError(Exception):
@@ -269,6 +271,30 @@ def gate_stream_handlers(host: IHost, gate: StreamGate) -> None:
     host.set_stream_handler = set_stream_handler  # type: ignore[method-assign]
 
 
+def _is_plain_ws(addr: multiaddr.Multiaddr) -> bool:
+    try:
+        return not parse_websocket_multiaddr(addr).is_wss
+    except (ValueError, KeyError):
+        return False
+
+
+class PlainWebsocket(WebsocketTransport):
+    """The /ws listeners of a host that also listens on /wss. py-libp2p 0.8.1's websocket
+    transport serves every listener it creates with its one TLS context, so beside a wss listener
+    a /ws port answered TLS and plain websocket clients (js-waku's ws dial) timed out. This
+    transport has no TLS context, listens on /ws addresses only, is asked before the other
+    (listen_order), and dials nothing (the host's own websocket transport dials both)."""
+
+    def listen_order(self) -> int:
+        return -1
+
+    def can_listen(self, maddr: multiaddr.Multiaddr) -> bool:
+        return _is_plain_ws(maddr)
+
+    def can_dial(self, maddr: multiaddr.Multiaddr) -> bool:
+        return False
+
+
 MUXERS = {"yamux": (TProtocol(YAMUX_PROTOCOL_ID), Yamux), "mplex": (TProtocol(MPLEX_PROTOCOL_ID), Mplex)}
 
 
@@ -331,7 +357,10 @@ def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
         tls_client_config=tls_client,
         addrs_factory=lambda candidates: advertised(candidates, announce),
     )
-    host.get_network().auto_connector.maybe_connect = _no_auto_dials
+    swarm = host.get_network()
+    swarm.auto_connector.maybe_connect = _no_auto_dials
+    if tls_server is not None and any(_is_plain_ws(a) for a in addrs):
+        swarm.transport_manager.add_transport(PlainWebsocket(swarm.upgrader))
     if stream_gate is not None:
         gate_stream_handlers(host, stream_gate)
     return host
