@@ -60,7 +60,7 @@ def decide(rows: dict[str, list]) -> BatchDecision:
     d = BatchDecision()
     for reason, ephemeral, topic, partition, offset, h, received, untimed in zip(
             rows["reason"], rows["ephemeral"], rows["kafka_topic"], rows["kafka_partition"],
-            rows["kafka_offset"], rows["message_hash"], rows["received_time"], rows["untimed"]):
+            rows["kafka_offset"], rows["message_hash"], rows["received_time"], rows["untimed"], strict=True):
         d.input_rows += 1
         if reason is not None:
             d.quarantined_rows += 1

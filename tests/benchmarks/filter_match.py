@@ -125,7 +125,7 @@ def run_clients(spec: dict) -> None:
                     # spread over the run, from 10 s after this process's clients are all subscribed
                     await ready.wait()
                     await trio.sleep(10 + (spec["seconds"] - 15) * i / max(1, spec["clients"]))
-                    for attempt in range(5):  # as a reference client: try again on a failure
+                    for _attempt in range(5):  # as a reference client: try again on a failure
                         try:
                             r = await client.subscribe(PT, [new_topic(i)], timeout=30)
                         except Exception as exc:  # noqa: BLE001
@@ -506,7 +506,7 @@ def main() -> int:
                     first_new_record[i] = min(first_new_record.get(i, ms / 1000), ms / 1000)
         job_part, push_part = [], []
         for g in got:
-            for i, ident, sent, now in g["receipts"]:
+            for _i, ident, sent, now in g["receipts"]:
                 if ident in appended:
                     job_part.append(appended[ident] - sent / 1e6)
                     push_part.append(now * 1000 - appended[ident])

@@ -81,7 +81,7 @@ def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000, base
     weights = np.array(CONTENT_WEIGHTS) / sum(CONTENT_WEIGHTS)
     chunks = max(1, math.ceil(rows / chunk))
     written = 0
-    for k in range(chunks):
+    for _ in range(chunks):
         n = min(chunk, rows - written)
         lo = base_t + SPAN_S * written / rows
         hi = base_t + SPAN_S * (written + n) / rows
@@ -91,7 +91,7 @@ def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000, base
         payload = rng.bytes(PAYLOAD_BYTES * n)
         payloads = [payload[i * PAYLOAD_BYTES:(i + 1) * PAYLOAD_BYTES] for i in range(n)]
         ct_bytes = [c.encode() for c in CONTENT]
-        digests = [hashlib.sha256(ct_bytes[c] + p).digest() for c, p in zip(ct_idx.tolist(), payloads)]
+        digests = [hashlib.sha256(ct_bytes[c] + p).digest() for c, p in zip(ct_idx.tolist(), payloads, strict=True)]
         hashes = rng.bytes(32 * n)
         days = (rt // 86_400).astype("int64").astype("datetime64[D]").astype(str)
         table = pa.table({
@@ -345,7 +345,7 @@ def summarize_run(rate: float, results: list[dict], before: list[dict], after: l
     elapsed = max(r["elapsed"] for r in results)
     client_cpu = sum(r["cpu_s"] for r in results)
     per_server = [{k: round(a.get(k, 0) - b.get(k, 0), 3) for k in SERVER_COUNTS} | {"cache_mb": a.get("cache_mb")}
-                  for b, a in zip(before, after)]
+                  for b, a in zip(before, after, strict=True)]
     server = {k: round(sum(s[k] for s in per_server), 3) for k in SERVER_COUNTS}
     run = {
         "rate_offered": rate or None,

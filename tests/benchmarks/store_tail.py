@@ -190,7 +190,8 @@ def follow_kafka(n: int, payload_bytes: int) -> None:
             time.sleep(0.01)
         follow_s = time.perf_counter() - began
         follower.stop()
-        print(json.dumps({"benchmark": "store_tail", "mode": "kafka", "records": n, "consumed": follower.consumed, "payload_bytes": payload_bytes,
+        print(json.dumps({"benchmark": "store_tail", "mode": "kafka", "records": n, "consumed": follower.consumed,
+                          "payload_bytes": payload_bytes,
                           "tail": len(tail), "follow_s": round(follow_s, 2), "follow_per_s": round(n / follow_s),
                           "kafka_python_alone_s": round(poll_s, 2), "kafka_python_cpu_us": round(poll_cpu_us, 1),
                           "librdkafka_alone_s": round(rd_s, 2), "librdkafka_cpu_us": round(rd_cpu_us, 1),
@@ -231,21 +232,12 @@ def gil_latency(rate: float, seconds: float, hold_ms: float, rounds: int, payloa
             stop = threading.Event()
             arrived: collections.deque[tuple[float, bytes]] = collections.deque()
             if client == "tail":
-                class TimedTail(Tail):
-                    def add_locked(self, messages, coords):
-                        messages = list(messages)
-                        note_first_copies(messages, seen, late)
-                        if commit_s:
-                            now = time.monotonic()
-                            arrived.extend((now, m.message_hash) for m in messages)
-                        return super().add_locked(messages, coords)
-
-                tail = TimedTail(10_000_000)
+                tail = TimedTail(10_000_000, seen, late, arrived if commit_s else None)
                 follower = TailFollower(TailSettings(broker.bootstrap_servers, topic=topic, lookback_s=0),
                                         tail, lambda hashes: set())
                 follower.start()
                 follower.ready.wait(30)
-                consumed, finish = (lambda: follower.consumed), follower.stop
+                consumed, finish = (lambda follower=follower: follower.consumed), follower.stop
                 if commit_s:
                     committer = Committer(tail, arrived, commit_s, stop)
             else:
@@ -297,6 +289,24 @@ def gil_latency(rate: float, seconds: float, hold_ms: float, rounds: int, payloa
         broker.stop()
     print(json.dumps({"benchmark": "store_tail", "mode": "gil", "rate": rate, "seconds": seconds,
                       "commit_s": commit_s, "runs": runs}))
+
+
+class TimedTail(Tail):
+    """The tail, noting each message's first copy as it is taken in (and, given `arrived`, when:
+    for the committer)."""
+
+    def __init__(self, max_messages: int, seen: set[bytes], late: list[float],
+                 arrived: collections.deque[tuple[float, bytes]] | None) -> None:
+        super().__init__(max_messages)
+        self.timed_seen, self.timed_late, self.timed_arrived = seen, late, arrived
+
+    def add_locked(self, messages, coords=None):
+        messages = list(messages)
+        note_first_copies(messages, self.timed_seen, self.timed_late)
+        if self.timed_arrived is not None:
+            now = time.monotonic()
+            self.timed_arrived.extend((now, m.message_hash) for m in messages)
+        return super().add_locked(messages, coords)
 
 
 def nearest_rank(xs: list[float], q: float, digits: int) -> float | None:

@@ -24,7 +24,7 @@ def test_kill_minus_nine_everything_under_load_loses_nothing(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(REPO_ROOT / "tests/benchmarks/faults.py"), "--quick", "--seed", str(SEED),
          "--keep", str(tmp_path / "run")],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1200)
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200)
     print(proc.stderr[-4000:])
     lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
     assert lines, (f"faults.py exited {proc.returncode} without its JSON line; stderr's end:\n"

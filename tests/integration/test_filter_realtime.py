@@ -24,7 +24,7 @@ def test_realtime_filter_pushes_everything_owed_including_new_subscriptions():
     proc = subprocess.run(
         [sys.executable, str(REPO_ROOT / "tests/benchmarks/filter_match.py"), "--peers", "1000", "--rate", "300",
          "--seconds", "35", "--clients", "10", "--client-procs", "1", "--producers", "1", "--fanout", "100"],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1200)
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200)
     print(proc.stderr[-3000:])
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

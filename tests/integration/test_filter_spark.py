@@ -109,17 +109,16 @@ def test_jobs_starting_together_create_their_tables_once(spark, tmp_path):
     from pipeline.filter.subscriptions import SUBSCRIPTIONS_SCHEMA
     from pipeline.spark.delta import ensure_table
 
+    def create(path: str, errors: list[BaseException]) -> None:
+        try:
+            ensure_table(spark, path, SUBSCRIPTIONS_SCHEMA, properties={"delta.appendOnly": "false"})
+        except BaseException as exc:  # noqa: BLE001 - every failure is the test's finding, asserted below
+            errors.append(exc)
+
     for round_ in range(3):
         path = str(tmp_path / f"subs{round_}")
         errors: list[BaseException] = []
-
-        def create() -> None:
-            try:
-                ensure_table(spark, path, SUBSCRIPTIONS_SCHEMA, properties={"delta.appendOnly": "false"})
-            except BaseException as exc:  # noqa: BLE001
-                errors.append(exc)
-
-        threads = [threading.Thread(target=create) for _ in range(3)]
+        threads = [threading.Thread(target=create, args=(path, errors)) for _ in range(3)]
         for t in threads:
             t.start()
         for t in threads:

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from pyspark.errors import StreamingQueryException
 
 from core.config import load_config
 from core.kafka import ensure_topics
@@ -185,7 +186,7 @@ def test_a_query_start_and_its_failure_reach_prometheus(spark, tmp_path):
             assert time.monotonic() < deadline, f"the query's start or progress never reached Prometheus: {live}"
             time.sleep(0.2)
         seen_active.set()
-        with pytest.raises(Exception):
+        with pytest.raises(StreamingQueryException):
             q.awaitTermination(120)
         metrics.flush()
         live = scrape(metrics.port)

@@ -69,8 +69,8 @@ def test_compaction_keeps_content_and_order_and_vacuum_runs(spark, tmp_path):
     from deltalake import DeltaTable
 
     adds = pa.table(DeltaTable(cfg.table_path("messages")).get_add_actions(flatten=True)).to_pydict()
-    ranges = sorted(zip(adds["min.received_time"], adds["max.received_time"]))
-    assert all(hi <= next_lo for (_, hi), (next_lo, _) in zip(ranges, ranges[1:]))
+    ranges = sorted(zip(adds["min.received_time"], adds["max.received_time"], strict=True))
+    assert all(hi <= next_lo for (_, hi), (next_lo, _) in zip(ranges, ranges[1:], strict=False))
     after = sorted(bytes(r.message_hash) for r in spark.read.format("delta").load(cfg.table_path("messages")).collect())
     assert after == before
     assert vacuum(spark, MaintainSettings.from_config(cfg)).vacuumed

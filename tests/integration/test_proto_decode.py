@@ -136,7 +136,7 @@ def test_ingest_records_round_trip(spark):
     records = _ingest_records()
     rows = _decode(spark, [r.SerializeToString() for r in records], INGEST)
     assert len(rows) == len(records)
-    for rec, row in zip(records, rows):
+    for rec, row in zip(records, rows, strict=True):
         assert row is not None
         assert row.pubsub_topic == rec.pubsub_topic
         assert _bits(row.received_time) == _bits(rec.received_time)
@@ -185,7 +185,7 @@ def test_subscription_events_round_trip(spark):
         pr.SubscriptionEvent(op=pr.EXPIRE),
     ]
     rows = _decode(spark, [e.SerializeToString() for e in events], SUBSCRIPTION)
-    for ev, row in zip(events, rows):
+    for ev, row in zip(events, rows, strict=True):
         assert row.asDict() == {
             "peer_id": ev.peer_id,
             "bridge_id": ev.bridge_id,
@@ -216,7 +216,7 @@ def test_push_records_round_trip(spark):
         pr.PushRecord(peer_id="peer2", message_hash=b"\x00" * 32),
     ]
     rows = _decode(spark, [p.SerializeToString() for p in pushes], PUSH)
-    for p, row in zip(pushes, rows):
+    for p, row in zip(pushes, rows, strict=True):
         assert row.peer_id == p.peer_id
         assert row.pubsub_topic == p.pubsub_topic
         assert bytes(row.message_hash) == p.message_hash
