@@ -1,4 +1,5 @@
-"""Filter job: waku.messages ⋈ Delta `subscriptions` on (pubsub_topic, content_topic) -> push records on waku.push.<bridge_id>."""
+"""Filter job: waku.messages ⋈ Delta `subscriptions` on (pubsub_topic, content_topic) -> push records on
+waku.push.<bridge_id>."""
 from __future__ import annotations
 
 import argparse

@@ -129,7 +129,8 @@ class LiveHistory:
             for key, v in flat.items():
                 _t, name, labels = key
                 if name == metric and _match(labels, where):
-                    sums[_label(metric, labels, by, prefix, suffix)] += max(0.0, v - before.get(key, 0.0)) / (when - then)
+                    label = _label(metric, labels, by, prefix, suffix)
+                    sums[label] += max(0.0, v - before.get(key, 0.0)) / (when - then)
             for k, v in sums.items():
                 out[k].append([when, v])
         return dict(out)
@@ -161,8 +162,8 @@ def _match(labels: tuple[tuple[str, str], ...], where: Mapping[str, str] | None)
 
 # -- Delta --------------------------------------------------------------------------------------
 
-JOB_COLUMNS = ["job", "batch_time", "duration_s", "input_rows", "input_rows_per_s", "processed_rows_per_s", "output_rows",
-               "stored_rows", "quarantined_rows", "kafka_lag_total"]
+JOB_COLUMNS = ["job", "batch_time", "duration_s", "input_rows", "input_rows_per_s", "processed_rows_per_s",
+               "output_rows", "stored_rows", "quarantined_rows", "kafka_lag_total"]
 
 
 def read_job_metrics(path: str, since: float) -> list[dict[str, Any]]:
@@ -298,21 +299,22 @@ class Dashboard:
                 "lag": {**per_job(rows, lambda r: r.get("kafka_lag_total"), JOBS[:3]),
                         **live.gauge("waku_job_kafka_lag", "job", suffix=" (live)")},
                 "batch_duration": {**per_job(rows, lambda r: r.get("duration_s")),
-                                   **live.ratio("waku_job_batch_duration_seconds_sum", "waku_job_batch_duration_seconds_count",
-                                                "job", suffix=" (live)")},
+                                   **live.ratio("waku_job_batch_duration_seconds_sum",
+                                                "waku_job_batch_duration_seconds_count", "job", suffix=" (live)")},
                 "quarantine": {**per_job(store, lambda r: 100.0 * (r.get("quarantined_rows") or 0) / r.get("input_rows")
                                          if r.get("input_rows") else None),
                                **live.rate("waku_job_quarantined_rows_total", "job", suffix=" rows/s (live)")},
                 "store_rows": {"messages": list(self.store_rows)},
                 "store_growth": {**_growth(self.store_rows, "messages rows/s", live.window_s),
                                  **live.rate("waku_job_stored_rows_total", "job", suffix=" stored (live)")},
-                "subscriptions": {**({"criteria (Delta)": list(self.subscription_rows)} if self.subscription_rows else {}),
+                "subscriptions": {**({"criteria (Delta)": list(self.subscription_rows)}
+                                     if self.subscription_rows else {}),
                                   **live.gauge("waku_filter_criteria", prefix="criteria (bridge)"),
                                   **live.gauge("waku_filter_subscribed_peers", prefix="filter peers"),
                                   **live.gauge("waku_bridge_relay_peers", prefix="relay peers")},
                 "pushes": {**live.rate("waku_filter_pushes_total", "outcome"),
-                           **per_job(rows, lambda r: (r.get("output_rows") or 0) / r.get("duration_s") if r.get("duration_s") else None,
-                                     ("filter",), suffix=" push records/s")},
+                           **per_job(rows, lambda r: (r.get("output_rows") or 0) / r.get("duration_s")
+                                     if r.get("duration_s") else None, ("filter",), suffix=" push records/s")},
                 "bridge": {**live.rate("waku_bridge_received_total", prefix="received"),
                            **live.rate("waku_bridge_accepted_total", prefix="accepted"),
                            **live.rate("waku_bridge_produced_total", prefix="produced")},
@@ -379,24 +381,33 @@ function panelEl(p){let el=document.getElementById("panel-"+p.id);if(el)return e
 function draw(p){const el=panelEl(p),c=el.querySelector("canvas"),g=c.getContext("2d"),W=c.width,H=c.height;
  const L=70,R=10,T=10,B=40;g.clearRect(0,0,W,H);g.font="20px sans-serif";g.fillStyle="#222";
  let pts=0,nonzero=0,t0=Infinity,t1=-Infinity,v1=0;
- for(const s of p.series)for(const [t,v] of s.points){pts++;if(v!==0)nonzero++;t0=Math.min(t0,t);t1=Math.max(t1,t);v1=Math.max(v1,v);}
+ for(const s of p.series)for(const [t,v] of s.points){pts++;if(v!==0)nonzero++;
+  t0=Math.min(t0,t);t1=Math.max(t1,t);v1=Math.max(v1,v);}
  el.dataset.points=pts;el.dataset.nonzero=nonzero;el.dataset.series=p.series.length;
- if(!pts){g.fillText("no data yet",W/2-60,H/2);el.querySelector(".legend").textContent="";el.dataset.rendered="1";return;}
+ if(!pts){g.fillText("no data yet",W/2-60,H/2);el.querySelector(".legend").textContent="";
+  el.dataset.rendered="1";return;}
  if(t1<=t0){t0-=1;t1+=1;} if(v1<=0)v1=1; v1*=1.1;
  const x=t=>L+(t-t0)/(t1-t0)*(W-L-R), y=v=>H-B-(v/v1)*(H-T-B);
  g.strokeStyle="#ccc";g.lineWidth=1;
- for(let i=0;i<=4;i++){const yy=y(v1*i/4);g.beginPath();g.moveTo(L,yy);g.lineTo(W-R,yy);g.stroke();g.fillText(fmt(v1*i/4),4,yy+6);}
- for(let i=0;i<=4;i++){const t=t0+(t1-t0)*i/4,d=new Date(t*1000);g.fillText(d.toTimeString().slice(0,8),x(t)-40,H-12);}
- const leg=[];p.series.forEach((s,i)=>{const col=COLORS[i%COLORS.length];g.strokeStyle=col;g.fillStyle=col;g.lineWidth=2.5;g.beginPath();
+ for(let i=0;i<=4;i++){const yy=y(v1*i/4);g.beginPath();g.moveTo(L,yy);g.lineTo(W-R,yy);g.stroke();
+  g.fillText(fmt(v1*i/4),4,yy+6);}
+ for(let i=0;i<=4;i++){const t=t0+(t1-t0)*i/4,d=new Date(t*1000);
+  g.fillText(d.toTimeString().slice(0,8),x(t)-40,H-12);}
+ const leg=[];p.series.forEach((s,i)=>{const col=COLORS[i%COLORS.length];
+  g.strokeStyle=col;g.fillStyle=col;g.lineWidth=2.5;g.beginPath();
   s.points.forEach(([t,v],j)=>{if(j)g.lineTo(x(t),y(v));else g.moveTo(x(t),y(v));});g.stroke();
   if(s.points.length===1){const [t,v]=s.points[0];g.fillRect(x(t)-3,y(v)-3,6,6);}
-  const last=s.points[s.points.length-1][1];leg.push('<span><i style="background:'+col+'"></i>'+s.name.replace(/</g,"&lt;")+": "+fmt(last)+" "+p.unit+"</span>");});
+  const last=s.points[s.points.length-1][1];
+  leg.push('<span><i style="background:'+col+'"></i>'+s.name.replace(/</g,"&lt;")+": "+fmt(last)+" "+p.unit+
+   "</span>");});
  el.querySelector(".legend").innerHTML=leg.join("");el.dataset.rendered="1";}
 async function refresh(){try{const r=await fetch("/api/data",{cache:"no-store"});const d=await r.json();
  d.panels.forEach(draw);
- const ts=Object.entries(d.targets).map(([n,t])=>'<span class="'+(t.up?"up":"down")+'">'+n+(t.up?" up":" down")+"</span>").join(" · ");
+ const ts=Object.entries(d.targets)
+  .map(([n,t])=>'<span class="'+(t.up?"up":"down")+'">'+n+(t.up?" up":" down")+"</span>").join(" · ");
  const tot=Object.entries(d.totals).map(([k,v])=>k+" "+fmt(v)).join(" · ");
- document.getElementById("status").innerHTML="updated "+new Date(d.updated*1000).toTimeString().slice(0,8)+" · "+ts+" · bridge totals: "+tot;
+ document.getElementById("status").innerHTML=
+  "updated "+new Date(d.updated*1000).toTimeString().slice(0,8)+" · "+ts+" · bridge totals: "+tot;
  document.body.dataset.updated=d.updated;setTimeout(refresh,d.refresh_s*1000);}
  catch(e){document.getElementById("status").textContent="dashboard unreachable: "+e;setTimeout(refresh,2000);}}
 refresh();

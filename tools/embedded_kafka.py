@@ -445,7 +445,8 @@ class EmbeddedKafka:
             now = time.monotonic()
             if progress.advanced():
                 last_progress = now
-            if now - last_progress > self.startup_timeout_s or now - began > MAX_STARTUP_FACTOR * self.startup_timeout_s:
+            if (now - last_progress > self.startup_timeout_s
+                    or now - began > MAX_STARTUP_FACTOR * self.startup_timeout_s):
                 raise EmbeddedKafkaError(
                     f"Kafka did not answer on {self.bootstrap_servers} after {now - began:.0f} s, "
                     f"{now - last_progress:.0f} s of them without progress ({last_error}); see {self.server_log}"

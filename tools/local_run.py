@@ -5,7 +5,8 @@ small demo publisher that publishes over Waku relay to the bridge, and the ops d
 (tools/dashboard.py, http://127.0.0.1:8050/), printing what reaches the Delta store. Ctrl-C stops
 everything cleanly.
 
-    python -m tools.local_run [--duration SECONDS] [--demo-rate N] [--no-demo] [--no-dashboard] [--store-only] [--set k=v]
+    python -m tools.local_run [--duration SECONDS] [--demo-rate N] [--no-demo] [--no-dashboard] [--store-only]
+                              [--set k=v]
 """
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="waku-local-run", description=__doc__.splitlines()[0])
     add_config_arguments(parser)
     parser.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: run until Ctrl-C)")
-    parser.add_argument("--demo-rate", type=int, default=5, help="demo messages per second published over relay (default 5)")
+    parser.add_argument("--demo-rate", type=int, default=5,
+                        help="demo messages per second published over relay (default 5)")
     parser.add_argument("--no-demo", action="store_true", help="do not start the demo publisher")
     parser.add_argument("--no-dashboard", action="store_true", help="do not start the ops dashboard")
     parser.add_argument("--store-only", action="store_true",

@@ -162,7 +162,8 @@ def _offsets(value: Any) -> dict[str, dict[str, int]]:
             if isinstance(parts, dict)}
 
 
-def progress_row(job: str, progress: Mapping[str, Any], figures: BatchFigures | None, progress_json: str | None) -> dict[str, Any]:
+def progress_row(job: str, progress: Mapping[str, Any], figures: BatchFigures | None,
+                 progress_json: str | None) -> dict[str, Any]:
     """A job_metrics row from a progress (as the dict of its JSON) and the job's figures."""
     f = figures or BatchFigures()
     when = _timestamp(progress.get("timestamp"))
@@ -171,7 +172,10 @@ def progress_row(job: str, progress: Mapping[str, Any], figures: BatchFigures | 
     lag = kafka_lag(progress.get("sources") or [])
     states = progress.get("stateOperators") or []
     sink_rows = (progress.get("sink") or {}).get("numOutputRows")
-    output = f.output_rows if f.output_rows is not None else (sink_rows if sink_rows is not None and sink_rows >= 0 else None)
+    if f.output_rows is not None:
+        output = f.output_rows
+    else:
+        output = sink_rows if sink_rows is not None and sink_rows >= 0 else None
     return {
         "job": job, "day": when.strftime("%Y-%m-%d"), "query_name": progress.get("name"),
         "query_id": str(progress.get("id")), "run_id": str(progress.get("runId")),
@@ -216,25 +220,36 @@ class JobExporter:
         p = METRIC_PREFIX
         self.batches = Counter(f"{p}batches", "Micro-batches (runs, for maintain) completed", q, registry=r)
         self.input_rows = Counter(f"{p}input_rows", "Rows read by the job's batches", q, registry=r)
-        self.output_rows = Counter(f"{p}output_rows", "Rows written by the job's batches (store: stored; filter: push records)", q, registry=r)
+        self.output_rows = Counter(f"{p}output_rows",
+                                   "Rows written by the job's batches (store: stored; filter: push records)", q,
+                                   registry=r)
         self.stored_rows = Counter(f"{p}stored_rows", "Messages appended to Delta messages", q, registry=r)
-        self.duplicate_rows = Counter(f"{p}duplicate_rows", "Valid messages not stored again (already stored)", q, registry=r)
+        self.duplicate_rows = Counter(f"{p}duplicate_rows", "Valid messages not stored again (already stored)", q,
+                                      registry=r)
         self.ephemeral_rows = Counter(f"{p}ephemeral_rows", "Ephemeral messages (never stored)", q, registry=r)
-        self.quarantined_rows = Counter(f"{p}quarantined_rows", "Records refused into Delta quarantine", q, registry=r)
-        self.rule_failures = Counter(f"{p}rule_failures", "Records refused, by validation rule", q + ["rule"], registry=r)
-        self.figures = Counter(f"{p}figures", "Other counts of a job's batches (subscription events, push records, deleted rows, ...)",
+        self.quarantined_rows = Counter(f"{p}quarantined_rows", "Records refused into Delta quarantine", q,
+                                        registry=r)
+        self.rule_failures = Counter(f"{p}rule_failures", "Records refused, by validation rule", q + ["rule"],
+                                     registry=r)
+        self.figures = Counter(f"{p}figures",
+                               "Other counts of a job's batches (subscription events, push records, deleted rows, ...)",
                                q + ["figure"], registry=r)
         self.input_rate = Gauge(f"{p}input_rows_per_second", "Rows arriving per second (last batch)", q, registry=r)
-        self.processed_rate = Gauge(f"{p}processed_rows_per_second", "Rows processed per second (last batch)", q, registry=r)
-        self.batch_seconds = Histogram(f"{p}batch_duration_seconds", "Wall time of a batch", q, buckets=DURATION_BUCKETS, registry=r)
-        self.phase_seconds = Gauge(f"{p}phase_seconds", "Time of the last batch by phase (progress durationMs and the job's own phases)",
+        self.processed_rate = Gauge(f"{p}processed_rows_per_second", "Rows processed per second (last batch)", q,
+                                    registry=r)
+        self.batch_seconds = Histogram(f"{p}batch_duration_seconds", "Wall time of a batch", q,
+                                       buckets=DURATION_BUCKETS, registry=r)
+        self.phase_seconds = Gauge(f"{p}phase_seconds",
+                                   "Time of the last batch by phase (progress durationMs and the job's own phases)",
                                    q + ["phase"], registry=r)
-        self.lag = Gauge(f"{p}kafka_lag", "Records in Kafka not yet read (latest offset minus the last batch's end offset)",
+        self.lag = Gauge(f"{p}kafka_lag",
+                         "Records in Kafka not yet read (latest offset minus the last batch's end offset)",
                          q + ["topic", "partition"], registry=r)
         self.state_rows = Gauge(f"{p}state_rows", "Rows in the query's state stores", q, registry=r)
         self.state_memory = Gauge(f"{p}state_memory_bytes", "Memory used by the query's state stores", q, registry=r)
         self.last_batch = Gauge(f"{p}last_batch_id", "Id of the last completed batch", q, registry=r)
-        self.last_progress = Gauge(f"{p}last_progress_timestamp_seconds", "Unix time of the last completed batch", q, registry=r)
+        self.last_progress = Gauge(f"{p}last_progress_timestamp_seconds", "Unix time of the last completed batch", q,
+                                   registry=r)
         self.active = Gauge(f"{p}query_active", "1 while the query runs", q, registry=r)
         self.failures = Counter(f"{p}query_failures", "Queries terminated by an exception", q, registry=r)
 
@@ -273,7 +288,8 @@ class JobExporter:
 class JobMetrics:
     """One job's metrics on its driver: the listener, the exporter and the Delta writer."""
 
-    def __init__(self, spark: SparkSession, settings: JobMetricsSettings, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, spark: SparkSession, settings: JobMetricsSettings,
+                 registry: CollectorRegistry | None = None) -> None:
         self.spark = spark
         self.settings = settings
         self.exporter = JobExporter(registry)

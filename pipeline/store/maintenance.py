@@ -124,13 +124,15 @@ def compact(spark: SparkSession, settings: MaintainSettings, report: Maintenance
     for table in OTHER_TABLES:
         if not _exists(spark, settings.warehouse.table_path(table)):
             continue
-        retry_conflicts(f"optimize {table}",
-               lambda t=table: DeltaTable.forPath(spark, settings.warehouse.table_path(t)).optimize().executeCompaction())
+        retry_conflicts(
+            f"optimize {table}",
+            lambda t=table: DeltaTable.forPath(spark, settings.warehouse.table_path(t)).optimize().executeCompaction())
     report.files_after = _file_count(spark, path)
     return report
 
 
-def vacuum(spark: SparkSession, settings: MaintainSettings, report: MaintenanceReport | None = None) -> MaintenanceReport:
+def vacuum(spark: SparkSession, settings: MaintainSettings,
+           report: MaintenanceReport | None = None) -> MaintenanceReport:
     """Remove files no longer referenced, older than store.vacuum_retain_hours."""
     from delta.tables import DeltaTable
 
