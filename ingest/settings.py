@@ -139,7 +139,7 @@ class BridgeSettings:
             lightpush_per_peer_per_s=max(0.0, b["lightpush_per_peer_per_s"]),
             stream_limits=StreamLimits(per_peer=b["max_streams_per_peer"], total=b["max_streams_total"]),
             store=StoreServiceSettings.from_config(config) if config.get("store_service.enabled") else None,
-            filter=FilterSettings.from_config(config, topics[0]) if config.get("filter.enabled") else None,
+            filter=FilterSettings.from_config(config, topics[0], topics) if config.get("filter.enabled") else None,
         )
 
 

@@ -69,14 +69,22 @@ def from_v00(rpc: Any, default_pubsub_topic: str) -> FilterRequest:
                          rpc.requestId, "v00")
 
 
-def handle(peer: str, request: FilterRequest, view: SubscriptionView) -> Response:
-    """What to answer `peer` and which subscription changes to record. Reads `view` only."""
+def handle(peer: str, request: FilterRequest, view: SubscriptionView,
+           relayed: frozenset[str] = frozenset()) -> Response:
+    """What to answer `peer` and which subscription changes to record. Reads `view` only.
+    `relayed`: the pubsub topics this node relays (empty: any). A SUBSCRIBE to another topic
+    could never be pushed to: it is refused with 400 BAD_REQUEST, the code nwaku's filter answers
+    a request it cannot serve as asked (waku_filter_v2/common.nim FilterSubscribeErrorKind; its
+    own service does not check the topic and answers 200), as lightpush refuses it (421)."""
     kind, topic, cts = request.kind, request.pubsub_topic, request.content_topics
     if kind == PING:
         if not view.has(peer):
             return Response(NOT_FOUND, "peer has no subscriptions")
         return Response(OK, events=(Change(pr.REFRESH),))
     if kind == SUBSCRIBE:
+        code, detail = view.check_criteria(topic, cts)
+        if code == OK and relayed and topic not in relayed:
+            return Response(BAD_REQUEST, f"this node does not relay {topic}")
         code, detail = view.can_subscribe(peer, topic, cts)
         if code != OK:
             return Response(code, detail)

@@ -203,7 +203,7 @@ class FilterService:
             now = time.time()
             if self.view.rate_limited(peer, now):
                 return TOO_MANY_REQUESTS, "request rate limit reached"
-            response = handle(peer, request, self.view)
+            response = handle(peer, request, self.view, self.settings.relayed_topics)
             for change in response.events:
                 if change.op == pr.REFRESH:
                     # Best effort: the next ping refreshes again. It answers: reachable.

@@ -2,6 +2,7 @@
 and the topics; ConfigError one-liners for bad values."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from core.config import Config, ConfigError
@@ -33,13 +34,16 @@ class FilterSettings:
     dedup_per_peer: int = 4096
     # v00 requests may leave out the pubsub topic: their criteria are on this one.
     default_pubsub_topic: str = "/waku/2/default-waku/proto"
+    # The pubsub topics the bridge relays: a SUBSCRIBE to another is refused (empty: any).
+    relayed_topics: frozenset[str] = frozenset()
     sweep_interval_s: float = 1.0
 
     def push_topic(self, bridge_id: str) -> str:
         return f"{self.push_prefix}{bridge_id}"
 
     @classmethod
-    def from_config(cls, config: Config, default_pubsub_topic: str | None = None) -> "FilterSettings":
+    def from_config(cls, config: Config, default_pubsub_topic: str | None = None,
+                    relayed_topics: Iterable[str] = ()) -> "FilterSettings":
         f = config["filter"]
         for key in ("max_criteria_per_peer", "max_peers", "push_queue_per_peer", "dedup_per_peer"):
             if f[key] < 1:
@@ -83,4 +87,5 @@ class FilterSettings:
             record_timeout_s=f["record_timeout_s"],
             dedup_per_peer=f["dedup_per_peer"],
             default_pubsub_topic=default_pubsub_topic or "/waku/2/default-waku/proto",
+            relayed_topics=frozenset(relayed_topics),
         )
