@@ -82,7 +82,8 @@ def test_filter_requests(data, requests):
                 view.apply("peer", change, 1.0)
         rpc = decodes(f00.FilterRPC, payload)
         if rpc is not None and rpc.HasField("request"):
-            response = filter_protocol.handle("v00peer", filter_protocol.from_v00(rpc, "/waku/2/default-waku/proto"), view)
+            request = filter_protocol.from_v00(rpc, "/waku/2/default-waku/proto")
+            response = filter_protocol.handle("v00peer", request, view)
             assert response.code in FILTER_CODES
     assert view.criteria_count() <= 3 * 50
 
@@ -139,7 +140,8 @@ def test_lightpush(data, topic, payload, content_topic):
 
     ctx = lp_protocol.PushContext(frozenset({"/waku/2/rs/1/0"}), 1, 8, check_message)
     crafted = [lp.LightpushRequest(request_id="a", pubsub_topic=topic,
-                                   message=WakuMessage(payload=payload, content_topic=content_topic)).SerializeToString(),
+                                   message=WakuMessage(payload=payload, content_topic=content_topic))
+               .SerializeToString(),
                lp.PushRPC(request_id="b", request=lp.PushRequest(pubsub_topic=topic, message=WakuMessage(
                    payload=payload, content_topic=content_topic))).SerializeToString()]
     for payload_bytes in [data, *crafted]:

@@ -29,7 +29,8 @@ def exported_names() -> set[str]:
     from ingest.store.server import StoreMetrics
     from pipeline.spark.metrics import JobExporter
 
-    suffixes = {"counter": ("_total", "_created"), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count", "_created"),
+    suffixes = {"counter": ("_total", "_created"), "gauge": ("",),
+                "histogram": ("_bucket", "_sum", "_count", "_created"),
                 "summary": ("", "_sum", "_count", "_created"), "info": ("_info",), "untyped": ("",)}
     names: set[str] = set()
     for registry in (BridgeMetrics().registry, StoreMetrics().registry, FilterMetrics().registry,

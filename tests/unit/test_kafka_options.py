@@ -18,8 +18,9 @@ def site_options(tmp_path, items: str):
 
 def test_the_java_clients_sasl_settings_reach_kafka_python_and_librdkafka(tmp_path):
     # TOML literal strings ('...') keep the JAAS line's double quotes as they are.
-    options = site_options(tmp_path, """['security.protocol=SASL_SSL', 'sasl.mechanism=SCRAM-SHA-512',
-        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="waku" password="s3 cret";']""")
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="waku" password="s3 cret";'
+    options = site_options(tmp_path, f"""['security.protocol=SASL_SSL', 'sasl.mechanism=SCRAM-SHA-512',
+        'sasl.jaas.config={jaas}']""")
     assert client_options(options) == {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
                                        "sasl_plain_username": "waku", "sasl_plain_password": 's3 cret'}
     assert librdkafka_options(options) == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
@@ -28,7 +29,8 @@ def test_the_java_clients_sasl_settings_reach_kafka_python_and_librdkafka(tmp_pa
 
 def test_a_jaas_config_without_credentials_is_refused_with_the_settings_name(tmp_path):
     with pytest.raises(ConfigError, match="kafka.client_options: sasl.jaas.config"):
-        site_options(tmp_path, '["sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;"]')
+        site_options(tmp_path,
+                     '["sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;"]')
 
 
 def test_an_option_librdkafka_does_not_know_stops_the_tail_at_start_naming_it():
@@ -45,7 +47,8 @@ def test_the_bridge_refuses_at_start_a_name_kafka_python_has_no_setting_for(tmp_
     from ingest.settings import BridgeSettings
 
     site = tmp_path / "site.toml"
-    site.write_text('[kafka]\nclient_options = ["security.protocol=SSL", "ssl.truststore.location=/etc/kafka/ca.jks"]\n')
+    site.write_text('[kafka]\nclient_options = ["security.protocol=SSL", '
+                    '"ssl.truststore.location=/etc/kafka/ca.jks"]\n')
     with pytest.raises(ConfigError, match="kafka-python.* has no setting ssl.truststore.location"):
         BridgeSettings.from_config(load_config(config_file=str(site), environ={}))
     assert client_options({"ssl.check.hostname": "false", "request.timeout.ms": "5000"}) == \

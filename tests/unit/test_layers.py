@@ -29,7 +29,8 @@ PROTOCOLS = ("relay", "store", "filter", "metadata", "lightpush")
 RULES: tuple[Rule, ...] = (
     # The shared core imports neither side, nor the tools.
     Rule("core", ("ingest", "pipeline", "jobs", "tools"), "the core is shared: it imports neither side"),
-    Rule("core", ("pyspark", "delta", "libp2p", "trio", "deltalake"), "the core runs anywhere: no engine, no network stack"),
+    Rule("core", ("pyspark", "delta", "libp2p", "trio", "deltalake"),
+         "the core runs anywhere: no engine, no network stack"),
     Rule("schemas", ("core", "ingest", "pipeline", "jobs", "tools"), "generated wire types import nothing of ours"),
     # The two sides never import each other.
     Rule("ingest", ("pipeline", "jobs", "tools"), "the bridge does not import the Spark side or the tools"),
@@ -50,7 +51,8 @@ RULES: tuple[Rule, ...] = (
     Rule("ingest.store.protocol", ("ingest.store.server", "ingest.store.reader", "ingest.store.tail", "trio", "libp2p",
                                    "deltalake", "confluent_kafka"),
          "a protocol handler is a pure function"),
-    Rule("ingest.metadata.protocol", ("ingest.metadata.service", "trio", "libp2p"), "a protocol handler is a pure function"),
+    Rule("ingest.metadata.protocol", ("ingest.metadata.service", "trio", "libp2p"),
+         "a protocol handler is a pure function"),
     Rule("ingest.lightpush.protocol", ("ingest.lightpush.service", "trio", "libp2p", "kafka", "confluent_kafka"),
          "a protocol handler is a pure function"),
 )

@@ -55,7 +55,8 @@ def test_autosharding_matches_the_reference_nodes():
 
 
 def test_bridge_announces_the_shards_it_joined():
-    s = BridgeSettings.from_config(load_config(["bridge.cluster_id=1", "bridge.pubsub_topics=", "bridge.all_shards=true"], environ={}))
+    cfg = load_config(["bridge.cluster_id=1", "bridge.pubsub_topics=", "bridge.all_shards=true"], environ={})
+    s = BridgeSettings.from_config(cfg)
     assert s.pubsub_topics == tuple(f"/waku/2/rs/1/{i}" for i in range(8))
     assert node_shards(s) == NodeShards(1, tuple(range(8)))
     s = BridgeSettings.from_config(load_config(

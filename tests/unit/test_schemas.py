@@ -71,12 +71,14 @@ MESSAGES = [
 SPEC: dict[str, dict[str, tuple[int, str]]] = {
     "waku.message.v1.WakuMessage": {"payload": (1, "bytes"), "content_topic": (2, "string"), "version": (3, "varint"),
                                     "legacy_timestamp": (4, "double"), "timestamp": (10, "sint64"),
-                                    "meta": (11, "bytes"), "rate_limit_proof": (21, "bytes"), "ephemeral": (31, "varint")},
+                                    "meta": (11, "bytes"), "rate_limit_proof": (21, "bytes"),
+                                    "ephemeral": (31, "varint")},
     "waku.relay.v2.RPC": {"subscriptions": (1, "msg"), "publish": (2, "msg"), "control": (3, "msg")},
     "waku.relay.v2.RPC.SubOpts": {"subscribe": (1, "varint"), "topicid": (2, "string")},
     "waku.relay.v2.Message": {"from": (1, "bytes"), "data": (2, "bytes"), "seqno": (3, "bytes"),
                                "topicIDs": (4, "string"), "signature": (5, "bytes"), "key": (6, "bytes")},
-    "waku.relay.v2.ControlMessage": {"ihave": (1, "msg"), "iwant": (2, "msg"), "graft": (3, "msg"), "prune": (4, "msg")},
+    "waku.relay.v2.ControlMessage": {"ihave": (1, "msg"), "iwant": (2, "msg"), "graft": (3, "msg"),
+                                     "prune": (4, "msg")},
     "waku.relay.v2.ControlIHave": {"topicID": (1, "string"), "messageIDs": (2, "string")},
     "waku.filter.v2.FilterSubscribeRequest": {"request_id": (1, "string"), "filter_subscribe_type": (2, "varint"),
                                               "pubsub_topic": (10, "string"), "content_topics": (11, "string")},
@@ -94,14 +96,16 @@ SPEC: dict[str, dict[str, tuple[int, str]]] = {
     "waku.store.v2beta2.ContentFilter": {"contentTopic": (1, "string")},
     "waku.store.v2beta2.PagingInfo": {"pageSize": (1, "varint"), "cursor": (2, "msg"), "direction": (3, "varint")},
     "waku.store.v2beta2.Index": {"digest": (1, "bytes"), "receivedTime": (2, "double")},
-    "waku.pipeline.v1.IngestRecord": {"pubsub_topic": (1, "string"), "message": (2, "msg"), "received_time": (3, "double"),
-                                      "source": (4, "varint"), "bridge_id": (5, "string")},
+    "waku.pipeline.v1.IngestRecord": {"pubsub_topic": (1, "string"), "message": (2, "msg"),
+                                      "received_time": (3, "double"), "source": (4, "varint"),
+                                      "bridge_id": (5, "string")},
     "waku.pipeline.v1.SubscriptionEvent": {"peer_id": (1, "string"), "bridge_id": (2, "string"), "op": (3, "varint"),
                                            "pubsub_topic": (4, "string"), "content_topics": (5, "string"),
                                            "event_time": (6, "double"), "request_id": (7, "string"),
                                            "protocol": (8, "string")},
     "waku.pipeline.v1.PushRecord": {"peer_id": (1, "string"), "pubsub_topic": (2, "string"), "message": (3, "msg"),
-                                    "message_hash": (4, "bytes"), "protocol": (5, "string"), "request_id": (6, "string")},
+                                    "message_hash": (4, "bytes"), "protocol": (5, "string"),
+                                    "request_id": (6, "string")},
 }
 
 
@@ -208,7 +212,8 @@ def test_legacy_filter_content_filter_both_shapes_decode():
     assert list(decoded.request.contentFilters[0].contentTopics) == ["/app/1/x/proto"]
     # Text a: `repeated string contentTopics = 1` with two topics.
     two = filter_v00_pb2.FilterRequest.ContentFilter(contentTopics=["a", "b"])
-    assert list(filter_v00_pb2.FilterRequest.ContentFilter.FromString(two.SerializeToString()).contentTopics) == ["a", "b"]
+    decoded = filter_v00_pb2.FilterRequest.ContentFilter.FromString(two.SerializeToString())
+    assert list(decoded.contentTopics) == ["a", "b"]
 
 
 def test_descriptor_set_holds_every_message_type():
