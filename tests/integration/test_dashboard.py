@@ -161,7 +161,8 @@ def test_dashboard_renders_live_pipeline_in_chromium(spark, kafka, tmp_path):
         # Every streaming job wrote its rows to Delta job_metrics.
         for m in (m_store, m_subs, m_filter):
             m.flush()
-        jobs = {r.job for r in spark.read.format("delta").load(cfg.table_path("job_metrics")).select("job").distinct().collect()}
+        job_metrics = spark.read.format("delta").load(cfg.table_path("job_metrics"))
+        jobs = {r.job for r in job_metrics.select("job").distinct().collect()}
         assert {"store", "subscriptions", "filter"} <= jobs
     finally:
         for p in procs:

@@ -14,8 +14,9 @@ PT = "/waku/2/default-waku/proto"
 
 
 def ev(peer: str, op: int, cts=(), t: float = 100.0, topic: str = PT, rid: str = "r", bridge: str = "B1") -> bytes:
-    return pr.SubscriptionEvent(peer_id=peer, bridge_id=bridge, op=op, pubsub_topic=topic if cts else "",
-                                content_topics=list(cts), event_time=t, request_id=rid, protocol="v2").SerializeToString()
+    event = pr.SubscriptionEvent(peer_id=peer, bridge_id=bridge, op=op, pubsub_topic=topic if cts else "",
+                                 content_topics=list(cts), event_time=t, request_id=rid, protocol="v2")
+    return event.SerializeToString()
 
 
 def kafka_rows(spark, values: list[bytes], partition: int = 0, first_offset: int = 0):

@@ -119,7 +119,8 @@ def test_a_job_metrics_table_of_an_earlier_release_is_brought_to_the_contract(sp
     from pipeline.spark.metrics import JOB_METRICS_SCHEMA, ensure_job_metrics_table
 
     old = T.StructType([T.StructField("job", T.StringType(), False), T.StructField("batch_id", T.LongType(), False),
-                        T.StructField("batch_time", T.TimestampType(), False), T.StructField("input_rows", T.LongType())])
+                        T.StructField("batch_time", T.TimestampType(), False),
+                        T.StructField("input_rows", T.LongType())])
     path = str(tmp_path / "job_metrics")
     when = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
     spark.createDataFrame([("store", 0, when, 5), ("store", 1, when, 7)], old).write.format("delta").save(path)
@@ -129,7 +130,8 @@ def test_a_job_metrics_table_of_an_earlier_release_is_brought_to_the_contract(sp
     assert table.detail().first().partitionColumns == ["job", "day"]
     df = table.toDF()
     assert df.columns == [f.name for f in JOB_METRICS_SCHEMA.fields]
-    assert sorted((r.batch_id, r.input_rows, r.day) for r in df.collect()) == [(0, 5, "2026-11-20"), (1, 7, "2026-11-20")]
+    assert sorted((r.batch_id, r.input_rows, r.day) for r in df.collect()) == [(0, 5, "2026-11-20"),
+                                                                                (1, 7, "2026-11-20")]
 
 
 def test_a_table_delta_rs_cannot_append_to_gets_spark_s_append_with_every_row_once(spark, tmp_path):
@@ -181,7 +183,8 @@ def test_a_query_start_and_its_failure_reach_prometheus(spark, tmp_path):
         deadline = time.monotonic() + 60
         while True:  # active, and a batch's progress seen
             live = scrape(metrics.port)
-            if live.get(("waku_job_query_active", labels)) == 1 and live.get(("waku_job_batches_total", labels), 0) >= 1:
+            if (live.get(("waku_job_query_active", labels)) == 1
+                    and live.get(("waku_job_batches_total", labels), 0) >= 1):
                 break
             assert time.monotonic() < deadline, f"the query's start or progress never reached Prometheus: {live}"
             time.sleep(0.2)

@@ -84,7 +84,8 @@ def test_checkpoints_by_delta_rs_replace_sparks_and_spark_reads_them(spark, tmp_
 
     # Spark, from a cold cache, starts from delta-rs's checkpoint and sees every row; so does delta-rs.
     spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
-    snapshot = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).unsafeVolatileSnapshot()
+    delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    snapshot = delta_log.unsafeVolatileSnapshot()
     assert snapshot.version() == 13
     assert snapshot.checkpointProvider().version() == 12
     assert spark.read.format("delta").load(path).count() == 130

@@ -36,7 +36,8 @@ def test_retention_by_age_and_capacity(spark, tmp_path):
     gen = LoadGenerator(LoadProfile(duplicate_share=0, ephemeral_share=0, invalid_share=0, seed=3))
     ages = [5 * DAY, 3 * DAY, 1.5 * DAY, 0.5 * DAY, 60.0]
     for i, age in enumerate(ages):
-        write_batch(kafka_like(spark, [gen.next(now - age + j) for j in range(50)]), i, StoreJobSettings.from_config(cfg))
+        write_batch(kafka_like(spark, [gen.next(now - age + j) for j in range(50)]), i,
+                    StoreJobSettings.from_config(cfg))
     table = lambda: spark.read.format("delta").load(cfg.table_path("messages"))  # noqa: E731
     assert table().count() == 250
     report = apply_retention(spark, MaintainSettings.from_config(cfg), now=now)
@@ -61,7 +62,8 @@ def test_compaction_keeps_content_and_order_and_vacuum_runs(spark, tmp_path):
                                     payload_bytes=1024))
     for i in range(6):
         write_batch(kafka_like(spark, gen.batch(40)), i, StoreJobSettings.from_config(cfg))
-    before = sorted(bytes(r.message_hash) for r in spark.read.format("delta").load(cfg.table_path("messages")).collect())
+    before = sorted(bytes(r.message_hash)
+                    for r in spark.read.format("delta").load(cfg.table_path("messages")).collect())
     report = compact(spark, MaintainSettings.from_config(cfg))
     assert 1 < report.files_after < report.files_before
     # Compacted files cover disjoint received_time ranges (what cursor reads rely on).
@@ -74,7 +76,8 @@ def test_compaction_keeps_content_and_order_and_vacuum_runs(spark, tmp_path):
     after = sorted(bytes(r.message_hash) for r in spark.read.format("delta").load(cfg.table_path("messages")).collect())
     assert after == before
     assert vacuum(spark, MaintainSettings.from_config(cfg)).vacuumed
-    assert sorted(bytes(r.message_hash) for r in spark.read.format("delta").load(cfg.table_path("messages")).collect()) == before
+    assert sorted(bytes(r.message_hash)
+                  for r in spark.read.format("delta").load(cfg.table_path("messages")).collect()) == before
 
 
 def test_maintenance_while_the_store_job_writes(spark, kafka, tmp_path):
@@ -90,7 +93,8 @@ def test_maintenance_while_the_store_job_writes(spark, kafka, tmp_path):
         for _ in range(2):
             produce(kafka, topic, gen.batch(400))
             compact(spark, MaintainSettings.from_config(cfg))
-            apply_retention(spark, MaintainSettings.from_config(cfg))  # 2 days: deletes nothing here, but commits race appends
+            # 2 days: deletes nothing here, but commits race appends
+            apply_retention(spark, MaintainSettings.from_config(cfg))
     finally:
         query.stop()
     run_available_now(spark, cfg)

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.integration
 def test_bridge_checks_clusters(kafka, tmp_path):
     cfg = load_config([f"kafka.bootstrap_servers={kafka}", f"bridge.key_file={tmp_path / 'key'}",
                        "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1",
-                       "bridge.metrics_port=-1", "bridge.cluster_id=1", "bridge.pubsub_topics=", "bridge.all_shards=true",
-                       "filter.enabled=false", "store_service.enabled=false"], environ={})
+                       "bridge.metrics_port=-1", "bridge.cluster_id=1", "bridge.pubsub_topics=",
+                       "bridge.all_shards=true", "filter.enabled=false", "store_service.enabled=false"], environ={})
     metrics = BridgeMetrics()
     bridge = Bridge(BridgeSettings.from_config(cfg), metrics=metrics, out=open("/dev/null", "w"))
     outcome: dict = {}

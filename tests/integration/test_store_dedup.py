@@ -107,7 +107,8 @@ def test_records_reproduced_later_in_one_query_are_stored_once(spark, kafka, tmp
 
     def stored() -> list[bytes]:
         try:
-            return [bytes(r.message_hash) for r in spark.read.format("delta").load(path).select("message_hash").collect()]
+            rows = spark.read.format("delta").load(path).select("message_hash").collect()
+            return [bytes(r.message_hash) for r in rows]
         except Exception:  # noqa: BLE001 - not created yet
             return []
 

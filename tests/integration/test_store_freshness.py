@@ -119,7 +119,8 @@ def test_rules_agree_in_spark_and_in_python(spark):
     schema = T.StructType([T.StructField("value", T.BinaryType()), T.StructField("topic", T.StringType()),
                            T.StructField("partition", T.IntegerType()), T.StructField("offset", T.LongType()),
                            T.StructField("timestamp", T.TimestampType())])
-    df = spark.createDataFrame([(v, "t", 0, i, _utc(ms)) for i, (v, ms) in enumerate(zip(values, kafka_ms, strict=True))], schema)
+    df = spark.createDataFrame([(v, "t", 0, i, _utc(ms))
+                                for i, (v, ms) in enumerate(zip(values, kafka_ms, strict=True))], schema)
     rows = (with_rejection_reason(decode_ingest_records(df), Limits())
             .select("kafka_offset", "reason", "ephemeral", "message_hash", "digest").collect())
     spark_verdict = {r.kafka_offset: r for r in rows}

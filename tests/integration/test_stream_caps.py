@@ -112,7 +112,8 @@ def test_a_failing_handler_costs_its_stream_not_the_bridge(kafka, tmp_path):
     from ingest.filter.client import FilterClient
 
     cfg = load_config([f"kafka.bootstrap_servers={kafka}", "topics.messages=test.stream_caps.fail",
-                       "topics.subscriptions=test.stream_caps.fail.subs", "topics.push_prefix=test.stream_caps.fail.push.",
+                       "topics.subscriptions=test.stream_caps.fail.subs",
+                       "topics.push_prefix=test.stream_caps.fail.push.",
                        f"bridge.key_file={tmp_path / 'key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
                        "bridge.ws_port=-1", "bridge.metrics_port=-1", "store_service.enabled=false",
                        "filter.max_requests_per_peer_per_minute=1000"], environ={})
@@ -144,10 +145,12 @@ def test_a_failing_handler_costs_its_stream_not_the_bridge(kafka, tmp_path):
                 await trio.sleep(0.5)
                 # a client that gives up on its answers: subscribe, then reset at once, many times
                 for i in range(30):
-                    s = await client.host.new_stream(bridge.peer_id, [TProtocol("/vac/waku/filter-subscribe/2.0.0-beta1")])
+                    s = await client.host.new_stream(bridge.peer_id,
+                                                     [TProtocol("/vac/waku/filter-subscribe/2.0.0-beta1")])
                     await s.write(frame(fv2.FilterSubscribeRequest(
                         request_id=f"r{i}", filter_subscribe_type=fv2.FilterSubscribeRequest.SUBSCRIBE,
-                        pubsub_topic="/waku/2/default-waku/proto", content_topics=[f"/t/1/{i}/proto"]).SerializeToString()))
+                        pubsub_topic="/waku/2/default-waku/proto", content_topics=[f"/t/1/{i}/proto"])
+                        .SerializeToString()))
                     await s.reset()
                 await trio.sleep(1.0)
                 out["ping"] = (await client.ping()).status_code
