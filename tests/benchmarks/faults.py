@@ -719,13 +719,15 @@ def main() -> int:
         # its batches take minutes on two cores); then the table must equal the answers.
         end = topic_end_offsets(run.bootstrap, "waku.subscriptions")
         caught = wait_until("the subscriptions job to apply every event",
-                            lambda: committed_offsets(tmp / "checkpoints" / "subscriptions", "waku.subscriptions") >= end,
+                            lambda: committed_offsets(tmp / "checkpoints" / "subscriptions",
+                                                      "waku.subscriptions") >= end,
                             900, run)
         subscriptions_match = wait_until("the subscriptions table to match", subs_match, 60, run)
         stop_loads([run.loads["subscribers"]])
         state = read_json(tmp / "subscribers.json")
         # Pushes: per subscriber, a message twice is a duplicate.
-        pushes = [ln.split() for ln in (tmp / "pushes.txt").read_text().splitlines()] if (tmp / "pushes.txt").exists() else []
+        pushes_txt = tmp / "pushes.txt"
+        pushes = [ln.split() for ln in pushes_txt.read_text().splitlines()] if pushes_txt.exists() else []
         per_client: dict[str, list[str]] = {}
         for client, h in pushes:
             per_client.setdefault(client, []).append(h)
@@ -734,7 +736,8 @@ def main() -> int:
         # messages each received (best effort: pushes for a peer whose bridge is down are lost).
         coverage = [len(set(v) & accepted) / max(1, len(accepted)) for v in per_client.values()]
         # Store walks during the faults, and a final one through B against Delta's order.
-        walks = [json.loads(ln) for ln in (tmp / "walks.txt").read_text().splitlines()] if (tmp / "walks.txt").exists() else []
+        walks_txt = tmp / "walks.txt"
+        walks = [json.loads(ln) for ln in walks_txt.read_text().splitlines()] if walks_txt.exists() else []
         ok_walks = [w for w in walks if "rows" in w]
         inexact = sum(1 for w in ok_walks if w["duplicates"] or w["shrunk"])
         time.sleep(3.0)  # B refreshes its snapshot every second

@@ -421,8 +421,9 @@ def main() -> int:
 
         # the run: clients subscribe (after the job started: their events reach the index live)
         for sp in specs:
-            p = subprocess.Popen([sys.executable, __file__, "--role", "clients", json.dumps(sp)], stdout=subprocess.PIPE,
-                                 stderr=(tmp / "logs" / f"clients{sp['first']}.log").open("a"), cwd=REPO_ROOT, text=True)
+            p = subprocess.Popen([sys.executable, __file__, "--role", "clients", json.dumps(sp)],
+                                 stdout=subprocess.PIPE, stderr=(tmp / "logs" / f"clients{sp['first']}.log").open("a"),
+                                 cwd=REPO_ROOT, text=True)
             client_procs.append(p)
         for p in client_procs:
             line = p.stdout.readline()

@@ -556,7 +556,8 @@ def profile(args) -> dict:
             batches.append({
                 "writer": name, "batch": batch_id, "rows": rows, "seconds": round(t1 - t0, 2), "phases": phases,
                 "jvm_cpu_s": jvm_cpu, "python_cpu_s": py_cpu, "compiles": compiles,
-                "spark_jobs": [(round(j.get("end", t1) - j["start"], 2), j["desc"].split("\n")[-1][:40] or j["site"][:40])
+                "spark_jobs": [(round(j.get("end", t1) - j["start"], 2),
+                                j["desc"].split("\n")[-1][:40] or j["site"][:40])
                                for j in sorted(js, key=lambda j: j["start"])],
                 "spark_job_seconds": round(sum(j.get("end", t1) - j["start"] for j in js), 2),
                 "delta_commits": [(table, op) for ts, table, op in commits if t0 <= ts <= t1 + 0.5]})
@@ -581,8 +582,10 @@ def profile(args) -> dict:
                                                                 / sum(b["rows"] for b in mine) * 1e6, 1),
                         f"{pre}compiles_per_batch": round(sum(b["compiles"] for b in mine) / len(mine), 1),
                         f"{pre}spark_jobs_per_batch": round(sum(len(b["spark_jobs"]) for b in mine) / len(mine), 1),
-                        f"{pre}spark_job_seconds_per_batch": round(sum(b["spark_job_seconds"] for b in mine) / len(mine), 2),
-                        f"{pre}delta_commits_per_batch": round(sum(len(b["delta_commits"]) for b in mine) / len(mine), 1)})
+                        f"{pre}spark_job_seconds_per_batch":
+                            round(sum(b["spark_job_seconds"] for b in mine) / len(mine), 2),
+                        f"{pre}delta_commits_per_batch":
+                            round(sum(len(b["delta_commits"]) for b in mine) / len(mine), 1)})
         out.update(first_batch_s=batches[0]["seconds"] if batches else None, records=args.profile,
                    max_offsets_per_trigger=args.max_offsets, untimed_share=args.untimed_share)
     finally:
@@ -594,12 +597,15 @@ def profile(args) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="20 s of load (default 120 s), 30 s drain, 20,000 offsets a batch, probes time out after 5 s (30 s)")
+    parser.add_argument("--quick", action="store_true",
+                        help="20 s of load (default 120 s), 30 s drain, 20,000 offsets a batch, "
+                             "probes time out after 5 s (30 s)")
     parser.add_argument("--rate", type=float, default=50_000.0, help="offered records/s, all producers")
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=None, help="length of the load")
     parser.add_argument("--warmup", type=float, default=None,
-                        help="seconds of load at the same rate before the measured window (default 30; 10 with --quick)")
+                        help="seconds of load at the same rate before the measured window "
+                             "(default 30; 10 with --quick)")
     parser.add_argument("--warmup-until-lag", type=float, default=None, metavar="L",
                         help="adaptive warm-up: the window begins once a commit's median append -> commit "
                              "latency is at most L s (after --warmup-min s; --warmup is then the longest)")
@@ -747,9 +753,10 @@ def main() -> int:
         prober = None
         if not args.no_service:
             prober = subprocess.Popen([sys.executable, __file__, "--role", "prober", "--spec", json.dumps(
-                {"bootstrap": bootstrap, "peer": peer, "rate": args.probe_rate, "timeout_s": 5.0 if args.quick else 30.0,
-                 "poll_ms": args.probe_poll_ms,
-                 "start_file": str(tmp / "measure_at"), "out": str(probe_out)})], stdout=(tmp / "logs" / "prober.log").open("ab"),
+                {"bootstrap": bootstrap, "peer": peer, "rate": args.probe_rate,
+                 "timeout_s": 5.0 if args.quick else 30.0, "poll_ms": args.probe_poll_ms,
+                 "start_file": str(tmp / "measure_at"), "out": str(probe_out)})],
+                stdout=(tmp / "logs" / "prober.log").open("ab"),
                 stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
             procs.append(prober)
         watcher.start()
@@ -767,7 +774,8 @@ def main() -> int:
         measure_at = load_began + warmup
         if adaptive:
             log(f"load starts: warm-up at the same rate until the job commits within {args.warmup_until_lag:g} s "
-                f"of the append (at least {args.warmup_min:.0f} s, at most {warmup:.0f} s), then {seconds:.0f} s measured")
+                f"of the append (at least {args.warmup_min:.0f} s, at most {warmup:.0f} s), "
+                f"then {seconds:.0f} s measured")
             while time.time() < load_began + warmup - 1.0:
                 lags = watcher.latencies[-1] if watcher.latencies else []
                 if (time.time() >= load_began + args.warmup_min and len(lags)
