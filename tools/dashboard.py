@@ -260,7 +260,7 @@ class Dashboard:
                 errors[name] = f"{url}: {exc}"
         try:
             jobs = read_job_metrics(self.settings.job_metrics, now - self.settings.history_s)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - an unreadable table is shown (last rows kept), not fatal
             jobs = self.job_rows
             errors["job_metrics"] = str(exc)
         stored = table_rows(self.settings.messages)

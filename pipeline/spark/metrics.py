@@ -493,7 +493,7 @@ class JobMetrics:
         try:
             if self._listener is not None:
                 self.spark._jsparkSession.streams().removeListener(self._listener)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - stopping anyway: a JVM already gone has no listener to remove
             pass
         with self._events_lock:
             self._listener = None

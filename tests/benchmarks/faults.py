@@ -54,7 +54,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tools.processes import free_port  # noqa: E402
+from tools.processes import free_port  # noqa: E402 - run as a script: the repository joins sys.path first
 
 CT = "/faults/1/load/proto"
 PUBSUB = "/waku/2/default-waku/proto"
@@ -116,7 +116,7 @@ def role_relay(spec: dict) -> None:
                     await pub.publish(msg, PUBSUB)
                     out.write(hash_of(PUBSUB, msg).hex() + "\n")
                     seq += 1
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - A down or its stream reset: the load goes on
                     await trio.sleep(0.2)
                 nxt += interval
                 await trio.sleep(max(0.0, nxt - trio.current_time()))
@@ -157,7 +157,7 @@ def role_lightpush(spec: dict) -> None:
                 finally:
                     try:
                         await stream.close()
-                    except Exception:  # noqa: BLE001
+                    except Exception:  # noqa: BLE001 - closing a stream the fault may have broken
                         pass
             return None if data is None else lp.LightpushResponse.FromString(data).status_code
         except Exception:  # noqa: BLE001 - A down, stream reset, timeout
@@ -216,7 +216,7 @@ def role_subscribers(spec: dict) -> None:
             try:
                 with trio.move_on_after(5):
                     await c.host.disconnect(c.service)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - the connection may be broken already
                 pass
             c.forget_closed(c.service)  # a half-closed connection must not be reused
 
@@ -391,7 +391,7 @@ class Component:
                 pass
             try:
                 self.proc.wait(30)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - killed with SIGKILL: its exit is not waited for further
                 pass
         self.kills += 1
         self.planned_kill = True
@@ -523,7 +523,7 @@ def wait_until(what: str, check: Callable[[], bool], timeout: float, run: Run) -
         try:
             if check():
                 return True
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a check may fail while components restart: logged, retried
             log(f"waiting for {what}: {type(exc).__name__}: {exc}")
         time.sleep(1.0)
     log(f"gave up waiting for {what} after {timeout:.0f} s")
@@ -790,7 +790,7 @@ def main() -> int:
                 try:
                     os.killpg(c.pid, signal.SIGTERM)
                     c.proc.wait(30)
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - not stopped cleanly: killed instead
                     c.kill9()
         if run.broker is not None:
             run.broker.stop()

@@ -56,7 +56,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tools.processes import free_port  # noqa: E402
+from tools.processes import free_port  # noqa: E402 - run as a script: the repository joins sys.path first
 
 PT = "/waku/2/default-waku/proto"
 POPULAR = "/bench/1/popular/proto"
@@ -128,7 +128,7 @@ def run_clients(spec: dict) -> None:
                     for _attempt in range(5):  # as a reference client: try again on a failure
                         try:
                             r = await client.subscribe(PT, [new_topic(i)], timeout=30)
-                        except Exception as exc:  # noqa: BLE001
+                        except Exception as exc:  # noqa: BLE001 - as a reference client: logged, tried again
                             log(f"client {i}: new topic: {type(exc).__name__}: {exc}")
                             failures.append(i)
                             await trio.sleep(1)

@@ -102,7 +102,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tools.processes import free_port, proc_cpu_s  # noqa: E402
+from tools.processes import free_port, proc_cpu_s  # noqa: E402 - run as a script: the repository joins sys.path first
 
 TOPIC = "waku.messages"
 PROBE_PUBSUB = "/waku/2/rs/1/0"

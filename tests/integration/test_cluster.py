@@ -203,7 +203,7 @@ class ClusterStarter:
         began = time.monotonic()
         try:
             self.cluster.start(timeout=240)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread, which reports it
             self.error = exc
         self.seconds = time.monotonic() - began
 

@@ -38,7 +38,9 @@ def test_retention_by_age_and_capacity(spark, tmp_path):
     for i, age in enumerate(ages):
         write_batch(kafka_like(spark, [gen.next(now - age + j) for j in range(50)]), i,
                     StoreJobSettings.from_config(cfg))
-    table = lambda: spark.read.format("delta").load(cfg.table_path("messages"))  # noqa: E731
+    def table():
+        return spark.read.format("delta").load(cfg.table_path("messages"))
+
     assert table().count() == 250
     report = apply_retention(spark, MaintainSettings.from_config(cfg), now=now)
     assert report.deleted_by_age == 100
