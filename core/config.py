@@ -135,7 +135,8 @@ class Config:
         if self.uses_embedded_kafka():
             ek = self["embedded_kafka"]
             return f"{ek['host']}:{ek['port']}"
-        return self.get("kafka.bootstrap_servers").strip()
+        servers: str = self.get("kafka.bootstrap_servers")
+        return servers.strip()
 
     def kafka_client_options(self) -> dict[str, str]:
         """The Java client's names (as Spark takes them); core/kafka.py gives each Python client

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kafka import KafkaAdminClient, KafkaConsumer
 
 log = logging.getLogger("waku.kafka")
 
@@ -37,12 +41,12 @@ def jaas_credentials(value: str) -> tuple[str, str]:
 _BOOLEANS = {"true": True, "false": False}
 
 
-def client_options(options: Mapping[str, str]) -> dict[str, Any]:
+def client_options(options: Mapping[str, str]) -> dict[str, str | int | bool]:
     """kafka.client_options (the Java client's names, as Spark takes them: security.protocol=SSL)
     as kafka-python kwargs: dots become underscores, numbers and true/false their values, and
     `sasl.jaas.config` becomes
     sasl_plain_username / sasl_plain_password (kafka-python's names for PLAIN and SCRAM)."""
-    out: dict[str, Any] = {}
+    out: dict[str, str | int | bool] = {}
     for name, value in options.items():
         if name == "sasl.jaas.config":
             out["sasl_plain_username"], out["sasl_plain_password"] = jaas_credentials(value)
@@ -77,7 +81,8 @@ def librdkafka_options(options: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def open_consumer(options: Mapping[str, Any], stop: Any, who: str, retry_s: float = 2.0) -> Any | None:
+def open_consumer(options: Mapping[str, Any], stop: threading.Event, who: str,
+                  retry_s: float = 2.0) -> KafkaConsumer | None:
     """A kafka-python KafkaConsumer with `options`, trying again every `retry_s` while Kafka
     cannot be reached (one warning line per attempt, no traceback); None once `stop` (a
     threading.Event) is set. For consumer threads that must outlive a broker's absence."""
@@ -92,7 +97,7 @@ def open_consumer(options: Mapping[str, Any], stop: Any, who: str, retry_s: floa
                 return None
 
 
-def _leader(partition: Any) -> int:
+def _leader(partition: Mapping[str, Any]) -> int:
     """The leader id in a describe_topics partition entry (key names differ across kafka-python)."""
     leader = partition.get("leader_id", partition.get("leader"))
     return -1 if leader is None else int(leader)
@@ -157,7 +162,7 @@ def ensure_topics(
         admin.close()
 
 
-def _wait_for_leaders(admin: Any, topics: Mapping[str, int], deadline: float) -> None:
+def _wait_for_leaders(admin: KafkaAdminClient, topics: Mapping[str, int], deadline: float) -> None:
     while True:
         pending = []
         for desc in admin.describe_topics(list(topics)):

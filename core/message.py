@@ -11,7 +11,11 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from core.config import Config
+    from schemas.waku_message_pb2 import WakuMessage
 
 # 14/WAKU2-MESSAGE limits of the reference nodes (configurable: limits.*).
 MAX_MESSAGE_BYTES = 153_600  # 150 KiB
@@ -39,7 +43,7 @@ def store_digest(content_topic: str, payload: bytes) -> bytes:
     return hashlib.sha256(content_topic.encode() + payload).digest()
 
 
-def timestamp_ns(msg: Any) -> int | None:
+def timestamp_ns(msg: WakuMessage) -> int | None:
     """A WakuMessage's sender timestamp in nanoseconds: field 10, or an old peer's seconds
     double (field 4) counted as nanoseconds, as the store decodes it; None when absent."""
     if msg.HasField("timestamp"):
@@ -53,7 +57,7 @@ def timestamp_ns(msg: Any) -> int | None:
     return None
 
 
-def hash_of(pubsub_topic: str, msg: Any) -> bytes:
+def hash_of(pubsub_topic: str, msg: WakuMessage) -> bytes:
     """The message hash of a decoded WakuMessage (schemas.waku_message_pb2) on `pubsub_topic`."""
     return message_hash(pubsub_topic, msg.payload, msg.content_topic,
                         msg.meta if msg.HasField("meta") else None, timestamp_ns(msg))
@@ -69,7 +73,7 @@ class Limits:
     max_future_received_s: float = 60.0
 
     @classmethod
-    def from_config(cls, config: Any) -> Limits:
+    def from_config(cls, config: Config) -> Limits:
         return cls(
             max_message_bytes=config.get("limits.max_message_bytes"),
             max_meta_bytes=config.get("limits.max_meta_bytes"),
@@ -78,7 +82,7 @@ class Limits:
         )
 
 
-def check_message(data: bytes, limits: Limits = Limits()) -> tuple[Any | None, str | None]:
+def check_message(data: bytes, limits: Limits = Limits()) -> tuple[WakuMessage | None, str | None]:
     """Decode and validate a WakuMessage as the reference nodes accept it from relay or
     lightpush: (message, None) or (None, reason), reason one of "oversized", "undecodable",
     "empty_content_topic", "meta_too_long"."""

@@ -10,10 +10,13 @@ by every process: keys, values and the few decisions about their bytes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from core.message import hash_of
 from schemas import pipeline_records_pb2 as pr
+
+if TYPE_CHECKING:
+    from schemas.waku_message_pb2 import WakuMessage
 
 _MESSAGE_FIELD_TAG = b"\x12"  # IngestRecord.message: field 2, length-delimited
 
@@ -31,7 +34,7 @@ def _uvarint(n: int) -> bytes:
             return bytes(out)
 
 
-def ingest_key(pubsub_topic: str, msg: Any) -> bytes:
+def ingest_key(pubsub_topic: str, msg: WakuMessage) -> bytes:
     """The Kafka key of an ingest record: the 14/WAKU2-MESSAGE message hash (the store's
     de-duplication key; an old peer's seconds timestamp counts as nanoseconds, as the store
     decodes it)."""
@@ -39,7 +42,7 @@ def ingest_key(pubsub_topic: str, msg: Any) -> bytes:
 
 
 def ingest_value(pubsub_topic: str, data: bytes, received_time: float, bridge_id: str,
-                 source: int = pr.RELAY) -> bytes:
+                 source: pr.Source = pr.RELAY) -> bytes:
     """The IngestRecord bytes, embedding the WakuMessage exactly as received (`data`) rather
     than re-encoding it: protobuf fields may come in any order, and this keeps every byte."""
     head = pr.IngestRecord(pubsub_topic=pubsub_topic, received_time=received_time,
@@ -47,7 +50,7 @@ def ingest_value(pubsub_topic: str, data: bytes, received_time: float, bridge_id
     return head + _MESSAGE_FIELD_TAG + _uvarint(len(data)) + data
 
 
-def subscription_event(peer: str, bridge_id: str, op: int, event_time: float, pubsub_topic: str = "",
+def subscription_event(peer: str, bridge_id: str, op: pr.SubscriptionOp, event_time: float, pubsub_topic: str = "",
                        content_topics: Sequence[str] = (), request_id: str = "",
                        protocol: str = "") -> tuple[bytes, bytes]:
     """(key, value) of one SubscriptionEvent: keyed by peer id, so one peer's events keep their
@@ -58,7 +61,7 @@ def subscription_event(peer: str, bridge_id: str, op: int, event_time: float, pu
     return peer.encode(), ev.SerializeToString()
 
 
-def decode_push(value: bytes) -> Any | None:
+def decode_push(value: bytes) -> pr.PushRecord | None:
     """A PushRecord, or None when the bytes are not one."""
     from google.protobuf.message import DecodeError
 

@@ -48,7 +48,8 @@ def content_topic_parts(content_topic: str) -> tuple[int, str, str, str, str] | 
         return None
     if any(not p for p in rest):
         return None
-    return (gen, *rest)
+    app, version, name, encoding = rest
+    return gen, app, version, name, encoding
 
 
 def autoshard(content_topic: str, shards_in_cluster: int) -> int | None:

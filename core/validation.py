@@ -35,7 +35,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.message import Limits, message_hash, store_digest, timestamp_ns
+from core.message import Limits as Limits  # re-exported: the limits the rules apply
+from core.message import message_hash, store_digest, timestamp_ns
 
 # The earliest receivedTime accepted: 2020-01-01 (Waku v2 did not exist before).
 MIN_RECEIVED_TIME = 1_577_836_800.0
