@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.request
 from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -205,7 +205,8 @@ def table_rows(path: str) -> int | None:
     return int(sum(v for v in column.to_pylist() if v is not None))
 
 
-def per_job(rows: Iterable[Mapping[str, Any]], value, jobs: Iterable[str] | None = None, suffix: str = "") -> Series:
+def per_job(rows: Iterable[Mapping[str, Any]], value: Callable[[Mapping[str, Any]], float | None],
+            jobs: Iterable[str] | None = None, suffix: str = "") -> Series:
     out: Series = defaultdict(list)
     for r in rows:
         if jobs is not None and r["job"] not in jobs:
@@ -301,7 +302,7 @@ class Dashboard:
                 "batch_duration": {**per_job(rows, lambda r: r.get("duration_s")),
                                    **live.ratio("waku_job_batch_duration_seconds_sum",
                                                 "waku_job_batch_duration_seconds_count", "job", suffix=" (live)")},
-                "quarantine": {**per_job(store, lambda r: 100.0 * (r.get("quarantined_rows") or 0) / r.get("input_rows")
+                "quarantine": {**per_job(store, lambda r: 100.0 * (r.get("quarantined_rows") or 0) / r["input_rows"]
                                          if r.get("input_rows") else None),
                                **live.rate("waku_job_quarantined_rows_total", "job", suffix=" rows/s (live)")},
                 "store_rows": {"messages": list(self.store_rows)},
@@ -313,7 +314,7 @@ class Dashboard:
                                   **live.gauge("waku_filter_subscribed_peers", prefix="filter peers"),
                                   **live.gauge("waku_bridge_relay_peers", prefix="relay peers")},
                 "pushes": {**live.rate("waku_filter_pushes_total", "outcome"),
-                           **per_job(rows, lambda r: (r.get("output_rows") or 0) / r.get("duration_s")
+                           **per_job(rows, lambda r: (r.get("output_rows") or 0) / r["duration_s"]
                                      if r.get("duration_s") else None, ("filter",), suffix=" push records/s")},
                 "bridge": {**live.rate("waku_bridge_received_total", prefix="received"),
                            **live.rate("waku_bridge_accepted_total", prefix="accepted"),
@@ -460,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot serve on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
         return 2
     host, port = server.server_address[:2]
+    assert isinstance(host, str)  # an AF_INET address: (host, port)
     print(f"dashboard on http://{host}:{port}/", flush=True)
     log.info("reading %s and %s", settings.job_metrics, ", ".join(f"{n}={u}" for n, u in settings.targets.items()))
     collector = threading.Thread(target=dashboard.run, name="dashboard-collector", daemon=True)

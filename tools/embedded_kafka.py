@@ -28,9 +28,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.processes import pid_alive, proc_cpu_s
+
+if TYPE_CHECKING:
+    from core.config import Config
 
 log = logging.getLogger("tools.embedded_kafka")  # the same name under python -m
 
@@ -218,7 +221,7 @@ class EmbeddedKafka:
         self.startup_seconds: float | None = None
 
     @classmethod
-    def from_config(cls, config: Any) -> EmbeddedKafka:
+    def from_config(cls, config: Config) -> EmbeddedKafka:
         """Build from the project config (`core.config.Config`, section `embedded_kafka`)."""
         ek = config["embedded_kafka"]
         return cls(

@@ -124,7 +124,8 @@ def local_slots_for(job: str, master: str, config: Config, realtime_flag: bool =
         return master
     m = re.fullmatch(r"local\[(\d+)\]", master)
     need = int(config.get("topics.messages_partitions"))
-    if (master == "local" or m) and (1 if master == "local" else int(m.group(1))) < need:
+    slots = 1 if master == "local" else int(m.group(1)) if m else None
+    if slots is not None and slots < need:
         return f"local[{need}]"
     return master
 

@@ -78,6 +78,7 @@ def write_snapshot(spark: SparkSession, settings: FilterJobSettings, path: str) 
 
 def _prune_snapshots(spark: SparkSession, root: str, keep: str) -> None:
     jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a live session has its gateway
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     base = jvm.org.apache.hadoop.fs.Path(root)
     fs = base.getFileSystem(conf)

@@ -134,7 +134,9 @@ def start_filter_query(spark: SparkSession, settings: FilterJobSettings, query_n
     if mode == "microbatch":
         writer = writer.outputMode("append").trigger(processingTime=f"{settings.trigger_seconds} seconds")
     elif mode == "realtime":
-        writer = writer.outputMode("update").trigger(realTime=settings.realtime_checkpoint_interval)
+        # pyspark 4.2's overloads of trigger() omit realTime, which its implementation takes
+        writer = writer.outputMode("update").trigger(  # type: ignore[call-overload]
+            realTime=settings.realtime_checkpoint_interval)
     else:
         raise ConfigError(f"filter.trigger: expected microbatch or realtime, got {mode!r}")
     if metrics is not None:

@@ -84,7 +84,9 @@ def ensure_properties(spark: SparkSession, path: str, properties: dict[str, str]
     at its start, before its own appends begin."""
     from delta.tables import DeltaTable
 
-    held = DeltaTable.forPath(spark, path).detail().select("properties").first()[0] or {}
+    detail = DeltaTable.forPath(spark, path).detail().select("properties").first()
+    assert detail is not None  # detail(): one row
+    held = detail[0] or {}
     missing = {k: v for k, v in properties.items() if held.get(k) != v}
     if not missing:
         return

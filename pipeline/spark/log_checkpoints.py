@@ -29,9 +29,13 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from core.settings import local_path
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("waku.delta.checkpoints")
 
@@ -72,13 +76,14 @@ class LogCheckpointer:
     after it), so the caller never waits. `spark` (optional) is the fallback when delta-rs
     cannot write a table's checkpoint."""
 
-    def __init__(self, paths: Sequence[str], interval: int = DEFAULT_INTERVAL, spark: Any = None) -> None:
+    def __init__(self, paths: Sequence[str], interval: int = DEFAULT_INTERVAL,
+                 spark: SparkSession | None = None) -> None:
         if interval < 1:
             raise ValueError(f"checkpoint interval must be positive, got {interval}")
         self.paths = list(paths)
         self.interval = interval
         self._spark = spark
-        self._tables: dict[str, Any] = {}
+        self._tables: dict[str, DeltaTable] = {}
         self._done: dict[str, int] = {}          # the last multiple of interval checkpointed (or seen at start)
         self._spark_fallback: set[str] = set()
         self._failing: dict[str, str] = {}       # the error last logged per table
@@ -165,6 +170,7 @@ class LogCheckpointer:
             finally:
                 table.update_incremental()
         if how == "spark":
+            assert self._spark is not None and self._spark._jvm is not None  # the fallback needs a live session
             self._spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self._spark._jsparkSession, path).checkpoint()
         self._done[path] = target
         self.written.append((path, target, how))

@@ -37,7 +37,7 @@ import queue
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from pyspark.sql import SparkSession
@@ -55,6 +55,11 @@ from core.settings import WarehouseSettings, local_path
 from core.tables import JOB_LOG_PROPERTIES
 from pipeline.spark.delta import ensure_properties, ensure_table, retry_conflicts
 from pipeline.spark.log_checkpoints import LogCheckpointer
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from deltalake import DeltaTable
 
 log = logging.getLogger("waku.metrics")
 
@@ -105,7 +110,9 @@ def ensure_job_metrics_table(spark: SparkSession, path: str) -> None:
     def migrate() -> None:
         from pyspark.sql import functions as F
 
-        if list(DeltaTable.forPath(spark, path).detail().first().partitionColumns) == list(JOB_METRICS_PARTITION_BY):
+        detail = DeltaTable.forPath(spark, path).detail().first()
+        assert detail is not None  # detail(): one row
+        if list(detail.partitionColumns) == list(JOB_METRICS_PARTITION_BY):
             return
         old = spark.read.format("delta").load(path)
         if "day" not in old.columns:
@@ -172,6 +179,7 @@ def progress_row(job: str, progress: Mapping[str, Any], figures: BatchFigures | 
     lag = kafka_lag(progress.get("sources") or [])
     states = progress.get("stateOperators") or []
     sink_rows = (progress.get("sink") or {}).get("numOutputRows")
+    output: int | None
     if f.output_rows is not None:
         output = f.output_rows
     else:
@@ -280,7 +288,7 @@ class JobExporter:
         self.last_batch.labels(*labels).set(row.get("batch_id", 0))
         self.last_progress.labels(*labels).set(row["batch_time"].timestamp())
 
-    def serve(self, host: str, port: int) -> tuple[Any, int]:
+    def serve(self, host: str, port: int) -> tuple[WSGIServer, int]:
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
         return server, server.server_address[1]
 
@@ -303,12 +311,12 @@ class JobMetrics:
         self._listener: Any = None                       # the JVM-side ProgressQueue
         self._events_lock = threading.Lock()
         self._events_thread: threading.Thread | None = None
-        self._server: Any = None
+        self._server: WSGIServer | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._checkpoints: LogCheckpointer | None = None
         self._local = local_path(settings.table)  # None: an object store, Spark appends
-        self._rs_table: Any = None                # delta-rs's handle of the table, kept between appends
+        self._rs_table: DeltaTable | None = None  # delta-rs's handle of the table, kept between appends
         self.rows_written = 0
         self.appended_by: str | None = None       # "delta-rs" or "spark": who made the last append
 
@@ -321,7 +329,9 @@ class JobMetrics:
         if self.settings.port >= 0:  # OSError when the port is taken
             self._server, self.port = self.exporter.serve(self.settings.host, self.settings.port)
             log.info("job metrics of %s on http://%s:%d/metrics", self.settings.job, self.settings.host, self.port)
-        self._listener = self.spark._jvm.waku.pipeline.ProgressQueue()
+        jvm = self.spark._jvm
+        assert jvm is not None  # a live session has its gateway
+        self._listener = jvm.waku.pipeline.ProgressQueue()
         self.spark._jsparkSession.streams().addListener(self._listener)
         self._events_thread = threading.Thread(target=self._event_loop, name=f"job-metrics-events-{self.settings.job}",
                                                daemon=True)

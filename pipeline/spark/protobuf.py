@@ -102,11 +102,13 @@ def _is_repeated(field: FieldDescriptor) -> bool:
     is_rep = getattr(field, "is_repeated", None)
     if is_rep is not None:
         return bool(is_rep)
-    return field.label == FieldDescriptor.LABEL_REPEATED
+    # protobuf before 6.31 (no is_repeated); the stubs are protobuf 7's, which has no label
+    return field.label == FieldDescriptor.LABEL_REPEATED  # type: ignore[attr-defined]
 
 
 def _value_type(field: FieldDescriptor, path: tuple[str, ...]) -> T.DataType:
     if field.type in (FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_GROUP):
+        assert field.message_type is not None  # a message field has its type
         return _struct(field.message_type, path)
     try:
         return _SCALARS[field.type]
@@ -120,9 +122,10 @@ def _struct(desc: Descriptor, path: tuple[str, ...]) -> T.StructType:
     path = path + (desc.full_name,)
     fields = []
     for f in desc.fields:  # declaration order, as Descriptor.getFields() in Java
-        if f.type == FieldDescriptor.TYPE_MESSAGE and f.message_type.GetOptions().map_entry:
-            key = f.message_type.fields_by_number[1]
-            value = f.message_type.fields_by_number[2]
+        entry = f.message_type if f.type == FieldDescriptor.TYPE_MESSAGE else None
+        if entry is not None and entry.GetOptions().map_entry:
+            key = entry.fields_by_number[1]
+            value = entry.fields_by_number[2]
             dtype: T.DataType = T.MapType(_value_type(key, path), _value_type(value, path), True)
         elif _is_repeated(f):
             dtype = T.ArrayType(_value_type(f, path), True)

@@ -9,6 +9,7 @@ micro-batch from the subscriptions job) is compacted and vacuumed too.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -53,7 +54,9 @@ def _exists(spark: SparkSession, path: str) -> bool:
 def _file_count(spark: SparkSession, path: str) -> int:
     from delta.tables import DeltaTable
 
-    return DeltaTable.forPath(spark, path).detail().select("numFiles").first()[0]
+    detail = DeltaTable.forPath(spark, path).detail().select("numFiles").first()
+    assert detail is not None  # detail(): one row
+    return int(detail[0])
 
 
 def _delete(spark: SparkSession, path: str, condition) -> int:
@@ -90,8 +93,10 @@ def apply_retention(spark: SparkSession, settings: MaintainSettings, now: float 
         if excess > 0:
             # Everything up to the excess-th oldest receive time goes; rows tied with it go too,
             # so at most `limit` remain.
-            edge = (df.select("received_time").orderBy("received_time").limit(excess)
-                    .agg(F.max("received_time")).first()[0])
+            oldest = (df.select("received_time").orderBy("received_time").limit(excess)
+                      .agg(F.max("received_time")).first())
+            assert oldest is not None  # an aggregate: one row
+            edge = oldest[0]
             report.deleted_by_capacity = _delete(spark, messages, F.col("received_time") <= F.lit(edge))
             if has_index:
                 _delete(spark, index, F.col("received_time") <= F.lit(edge))
@@ -122,20 +127,29 @@ def compact(spark: SparkSession, settings: MaintainSettings, report: Maintenance
     retry_conflicts("optimize", lambda: DeltaTable.forPath(spark, path).optimize()
            .where(f"received_date >= '{since}'").executeZOrderBy("received_time"))
     for table in OTHER_TABLES:
-        if not _exists(spark, settings.warehouse.table_path(table)):
+        table_path = settings.warehouse.table_path(table)
+        if not _exists(spark, table_path):
             continue
-        retry_conflicts(
-            f"optimize {table}",
-            lambda t=table: DeltaTable.forPath(spark, settings.warehouse.table_path(t)).optimize().executeCompaction())
+        retry_conflicts(f"optimize {table}", functools.partial(_compact_table, spark, table_path))
     report.files_after = _file_count(spark, path)
     return report
+
+
+def _compact_table(spark: SparkSession, path: str) -> None:
+    from delta.tables import DeltaTable
+
+    DeltaTable.forPath(spark, path).optimize().executeCompaction()
+
+
+def _vacuum_table(spark: SparkSession, path: str, hours: float) -> None:
+    from delta.tables import DeltaTable
+
+    DeltaTable.forPath(spark, path).vacuum(hours)
 
 
 def vacuum(spark: SparkSession, settings: MaintainSettings,
            report: MaintenanceReport | None = None) -> MaintenanceReport:
     """Remove files no longer referenced, older than store.vacuum_retain_hours."""
-    from delta.tables import DeltaTable
-
     report = report or MaintenanceReport()
     hours = settings.vacuum_retain_hours
     if hours < 168:
@@ -144,7 +158,7 @@ def vacuum(spark: SparkSession, settings: MaintainSettings,
     for table in ("messages", *OTHER_TABLES):
         path = settings.warehouse.table_path(table)
         if _exists(spark, path):
-            retry_conflicts(f"vacuum {table}", lambda p=path: DeltaTable.forPath(spark, p).vacuum(hours))
+            retry_conflicts(f"vacuum {table}", functools.partial(_vacuum_table, spark, path, hours))
     report.vacuumed = True
     return report
 

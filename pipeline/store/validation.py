@@ -91,6 +91,7 @@ def rejection_reason(limits: Limits) -> Column:
         # A predicate that evaluates to null (missing input) counts as broken.
         broken = ~F.coalesce(rule.valid(limits), F.lit(False))
         expr = F.when(broken, F.lit(rule.name)) if expr is None else expr.when(broken, F.lit(rule.name))
+    assert expr is not None  # RULES is not empty
     return expr
 
 

@@ -222,7 +222,9 @@ def _existing_hashes(spark, decision: BatchDecision, valid: DataFrame, settings:
                 recent.load_arrays(floor, _hash_column(held.column(0)),
                                    held.column(1).to_numpy().astype(float, copy=False))
         existing = recent.contains_many(list(decision.first))
-        ranges = [(lo, min(hi, recent.floor)) for lo, hi in ranges if lo < recent.floor]
+        held_from = recent.floor
+        assert held_from is not None  # loaded above
+        ranges = [(lo, min(hi, held_from)) for lo, hi in ranges if lo < held_from]
     else:
         existing = set()
     hashes = valid.select("message_hash")
