@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import re
 import socket
 import ssl
 from collections import Counter
@@ -122,11 +123,17 @@ class _OneLine(logging.Filter):
     summary."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.name.startswith("libp2p.transport") and str(record.msg).startswith("Failed to open TCP stream"):
+        shown = getattr(record, "waku_demoted", None)
+        if shown is not None:  # demoted by this filter on another handler already: the same answer
+            return bool(shown)
+        if record.name.startswith("libp2p.transport") and str(record.msg).startswith(DIAL_FAILURES):
             # a refused dial, logged at ERROR by the transport: the dialer (a client's connect,
             # the bridge's static-peer redial) reports it once in its own words
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+            return _demoted(record)
+        if record.name.startswith("libp2p") and record.levelno >= logging.ERROR and _is_disconnect(record):
+            # a peer that reset or closed its connection, or left (py-libp2p logs some of these at
+            # ERROR, a redial of the gone peer's websocket address with a traceback): ordinary
+            return _demoted(record)
         if record.name.startswith("libp2p") and "\n" in str(record.msg):
             lines = [ln.strip() for ln in record.getMessage().splitlines() if ln.strip()]
             record.msg, record.args = " ".join(lines[:2]), None
@@ -149,10 +156,41 @@ class _OneLine(logging.Filter):
         return True
 
 
+# py-libp2p's ERROR records of a failed dial (TCP, websocket), logged with their cause.
+DIAL_FAILURES = ("Failed to open TCP stream", "Failed to connect to ws")
+# What a peer's ordinary disconnect looks like in a py-libp2p record's text.
+DISCONNECT = re.compile(r"reset by peer|broken pipe|connection refused|all attempts to connect|"
+                        r"(connection|stream|resource|yamux|mplex)( is)? closed|closedresource|brokenresource|"
+                        r"\beof\b|eoferror|streameof|incomplete ?read|errno (104|32|111)", re.IGNORECASE)
+
+
+def _is_disconnect(record: logging.LogRecord) -> bool:
+    exc = record.exc_info[1] if record.exc_info else None
+    if exc is not None and isinstance(exc, NETWORK_ERRORS):
+        return True
+    return bool(DISCONNECT.search(record.getMessage())) or bool(exc is not None and DISCONNECT.search(str(exc)))
+
+
+def _demoted(record: logging.LogRecord) -> bool:
+    """The record as one DEBUG line (its first line and its exception's one-line summary, no
+    traceback); printed only where the logger's DEBUG is on."""
+    lines = [ln.strip() for ln in record.getMessage().splitlines() if ln.strip()]
+    text = lines[0] if lines else ""
+    exc = record.exc_info[1] if record.exc_info else None
+    if exc is not None:
+        text = f"{text} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    record.msg, record.args, record.exc_info, record.exc_text = text, None, None, None
+    record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+    record.waku_demoted = shown = logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+    return shown
+
+
 def quiet_network_errors() -> None:
-    """One line per expected network error from py-libp2p (no tracebacks below ERROR). py-libp2p
-    detaches its loggers (propagate off, no handler: Python's last-resort handler printed them
-    raw); they go through the process's handlers again, WARNING and up."""
+    """One line per expected network error from py-libp2p (no tracebacks below ERROR), and an
+    ordinary disconnect (a peer reset or closed its connection, a dial of a gone peer) one DEBUG
+    line even where py-libp2p logs it at ERROR. py-libp2p detaches its loggers (propagate off,
+    no handler: Python's last-resort handler printed them raw); they go through the process's
+    handlers again, WARNING and up."""
     import os
 
     lib = logging.getLogger("libp2p")
