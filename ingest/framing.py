@@ -11,6 +11,7 @@ update), so many small frames cost one read.
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import trio
@@ -49,6 +50,10 @@ class FrameReader:
         self.idle_timeout_s = idle_timeout_s
         self.buf = bytearray()
         self.pos = 0
+        # When the bytes that completed the frame last returned came off the stream: the wall
+        # clock (a message's receive time) and perf_counter (latency measurements).
+        self.arrived_time = 0.0
+        self.arrived_perf = 0.0
 
     async def _fill(self) -> bool:
         if self.pos and self.pos * 2 >= len(self.buf):
@@ -66,6 +71,7 @@ class FrameReader:
             return False
         if not data:
             return False
+        self.arrived_time, self.arrived_perf = time.time(), time.perf_counter()
         self.buf += data
         return True
 

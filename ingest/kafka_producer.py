@@ -6,8 +6,10 @@ a deque that a feeder thread drains into ``send``, and acknowledgements come bac
 batches through ``TrioToken.run_sync_soon``.
 
 The bound counts records handed over but not yet acknowledged. When it is reached, ``put``
-waits (the relay stops reading, and flow control slows the peers) for up to
-``backpressure_timeout_s``; a record still without room then is dropped, counted and logged.
+waits as long as it takes (the relay stops reading, and flow control slows the peers): a
+record the bridge accepted is never dropped for a backlog. ``put_acked`` (lightpush, filter
+events: the caller answers a client) waits for room up to ``backpressure_timeout_s`` and then
+refuses the record (counted as ``kafka_backlog``; it was never handed over).
 A record whose delivery fails with a retriable error (broker down past the delivery timeout)
 is sent again, it stays counted against the bound; one refused for good is dropped, counted and
 logged. Nothing is dropped silently. ``close`` waits for every record to be acknowledged.
@@ -189,48 +191,62 @@ class IngestProducer:
             await self.close()
 
     async def put(self, key: bytes, value: bytes, arrival: float) -> bool:
-        """Hand one record over; False when it had to be dropped (already counted and logged)."""
-        return await self._put(_Record(key, value, arrival))
+        """Hand one record over, waiting for room as long as it takes; False only when the
+        producer is closing (counted and logged as `shutdown`)."""
+        return await self._put(_Record(key, value, arrival), wait_for_room_s=None)
 
     async def put_acked(self, key: bytes, value: bytes, arrival: float, timeout_s: float) -> bool:
         """Hand one record over and wait until Kafka acknowledges it: True when it did within
         `timeout_s`; False when it was dropped, refused or is still unacknowledged (it then
         stays buffered and is retried like any other)."""
         waiter = _Waiter()
-        if not await self._put(_Record(key, value, arrival, waiter=waiter)):
+        if not await self._put(_Record(key, value, arrival, waiter=waiter),
+                               wait_for_room_s=min(timeout_s, self.settings.backpressure_timeout_s)):
             return False
         with trio.move_on_after(timeout_s):
             await waiter.event.wait()
         return waiter.ok
 
-    async def _put(self, record: _Record) -> bool:
+    async def _put(self, record: _Record, wait_for_room_s: float | None) -> bool:
         if self._closing:
             self._drop("shutdown", 1, "kafka: producer closing, record dropped")
             return False
         if self.outstanding >= self.settings.max_outstanding:
-            if not await self._wait_for_room():
+            if not await self._wait_for_room(wait_for_room_s):
                 self._drop("kafka_backlog", 1,
-                           "kafka: %d records unacknowledged for %.1f s (bound reached), dropping records",
-                           self.outstanding, self.settings.backpressure_timeout_s)
+                           "kafka: %d records unacknowledged for %.1f s (bound reached), record refused",
+                           self.outstanding, wait_for_room_s)
+                return False
+            if self._closing:
+                self._drop("shutdown", 1, "kafka: producer closing, record dropped")
                 return False
         self._unacked[id(record)] = time.monotonic()
         self.stats.outstanding(self.outstanding)
         if self._idle.is_set():
             self._idle = trio.Event()
+        # The feeder drains the deque until it is empty before it waits again: wake it only when
+        # this record found it empty (threading.Event.set takes a lock and notifies: per record
+        # it was a few per cent of the trio thread under a flat-out relay).
+        wake = not self._pending
         self._pending.append(record)
-        self._wake.set()
+        if wake:
+            self._wake.set()
         return True
 
-    async def _wait_for_room(self) -> bool:
-        if self._overflowing:
-            # Already waited out the timeout with no progress: drop at once until there is room.
+    async def _wait_for_room(self, timeout_s: float | None) -> bool:
+        """Until the backlog is below the bound (True), or `timeout_s` passed (False; None:
+        no limit). Logs every _LOG_EVERY_S while it waits."""
+        if timeout_s is not None and self._overflowing:
+            # Already waited out the timeout with no progress: refuse at once until there is room.
             return False
-        self._warn("backpressure", "kafka: %d records unacknowledged (bound reached): relay paused "
-                   "until Kafka catches up", self.outstanding)
         try:
-            with trio.move_on_after(self.settings.backpressure_timeout_s):
+            with trio.move_on_after(float("inf") if timeout_s is None else timeout_s):
                 while self.outstanding >= self.settings.max_outstanding:
-                    await self._room.wait()
+                    self._warn("backpressure", "kafka: %d records unacknowledged (bound reached; oldest "
+                               "waiting %.0f s): relay paused until Kafka catches up",
+                               self.outstanding, self.oldest_unacked_s())
+                    with trio.move_on_after(_LOG_EVERY_S):
+                        await self._room.wait()
                 return True
         except trio.Cancelled:
             self._drop("shutdown", 1, "kafka: shutdown while waiting for room, record dropped")

@@ -117,6 +117,7 @@ class Bridge:
             host, validator=WakuMessageValidator(s.limits), sink=self._sink, observer=self.metrics,
             max_rpc_bytes=s.max_rpc_bytes, max_messages_per_rpc=s.relay_max_messages_per_rpc,
             out_rate_per_peer=s.relay_out_rate_per_peer, out_burst_per_peer=s.relay_out_burst_per_peer,
+            receive_window=s.relay_receive_window_bytes,
         )
         if s.store is not None:  # /vac/waku/store/2.0.0-beta2, answered from the Delta store
             self.store = StoreServer.start(host, s.store, self.metrics.registry)

@@ -48,6 +48,7 @@ class BridgeSettings:
     relay_max_messages_per_rpc: int
     relay_out_rate_per_peer: float
     relay_out_burst_per_peer: int
+    relay_receive_window_bytes: int
     lightpush_enabled: bool
     lightpush_timeout_s: float
     lightpush_per_peer_per_s: float
@@ -94,6 +95,9 @@ class BridgeSettings:
                     "lightpush_timeout_s"):
             if b[key] <= 0:
                 raise ConfigError(f"bridge.{key}: expected a positive number of seconds, got {b[key]}")
+        if b["relay_receive_window_bytes"] < 256 * 1024:
+            raise ConfigError(f"bridge.relay_receive_window_bytes: expected at least 262144 (yamux's initial "
+                              f"window), got {b['relay_receive_window_bytes']}")
         if b["producer_linger_ms"] < 0:
             raise ConfigError(f"bridge.producer_linger_ms: expected 0 or more, got {b['producer_linger_ms']}")
         limits = Limits.from_config(config)
@@ -134,6 +138,7 @@ class BridgeSettings:
             relay_max_messages_per_rpc=b["relay_max_messages_per_rpc"],
             relay_out_rate_per_peer=max(0.0, b["relay_out_rate_per_peer"]),
             relay_out_burst_per_peer=max(1, b["relay_out_burst_per_peer"]),
+            relay_receive_window_bytes=b["relay_receive_window_bytes"],
             lightpush_enabled=b["lightpush_enabled"],
             lightpush_timeout_s=b["lightpush_timeout_s"],
             lightpush_per_peer_per_s=max(0.0, b["lightpush_per_peer_per_s"]),

@@ -17,7 +17,14 @@ Plain py-libp2p 0.8.1 cannot be a Waku relay node; each shortcoming and its fix 
   and counts every outbound drop;
 - it reads each frame with 1-byte reads (a yamux window update per byte) and writes one
   frame per RPC: :class:`RelayPubsub` reads through the bridge's buffered frame reader
-  (ingest/framing.py) and coalesces queued RPCs into one frame per write.
+  (ingest/framing.py) and coalesces queued RPCs into one frame per write;
+- its yamux streams grow their receive window up to 16 MiB as long as the reader keeps
+  reading, so a peer publishing faster than the bridge processes queues up to 16 MiB
+  (~14,000 small messages: seconds under load) ahead of the read loop, and go-yamux's
+  keepalive ping waits behind it (10 s, then go-libp2p closes the connection):
+  :func:`bound_receive_windows` keeps the process's yamux receive windows at `receive_window`
+  (256 KiB, nim-libp2p's fixed window), so the backlog is the peer's own queue, and each
+  message is stamped when its frame comes off the stream.
 
 Every override names the 0.8.1 behaviour it replaces; ``tests/unit/test_ingest_relay.py``
 pins the version and the source of the replaced methods, so an upgrade fails loudly.
@@ -46,6 +53,7 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.rpc_queue import RpcQueue
 from libp2p.pubsub.utils import maybe_consume_signed_record
+from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, YamuxStream
 
 from ingest.framing import FrameError, FrameReader
 from ingest.ratelimit import TokenBucket
@@ -84,6 +92,9 @@ MAX_MESSAGES_PER_RPC = 1
 OUT_RATE_PER_PEER = 250.0
 OUT_BURST_PER_PEER = 16
 MAX_IHAVE_LENGTH = 5000  # message ids per IHAVE (go-libp2p / nim-libp2p); 0.8.1 sends all
+# A yamux stream's receive window, at most (py-libp2p 0.8.1 auto-tunes it up to 16 MiB;
+# nim-libp2p keeps 256 KiB, yamux's initial window, which is also the least there is).
+RECEIVE_WINDOW = DEFAULT_WINDOW_SIZE
 READ_CHUNK = 256 * 1024
 _WARN_EVERY_S = 10.0
 
@@ -345,6 +356,7 @@ class RelayPubsub(Pubsub):
         max_messages_per_rpc: int = MAX_MESSAGES_PER_RPC,
         out_rate_per_peer: float = OUT_RATE_PER_PEER,
         out_burst_per_peer: int = OUT_BURST_PER_PEER,
+        receive_window: int = RECEIVE_WINDOW,
     ) -> None:
         super().__init__(
             host,
@@ -364,6 +376,8 @@ class RelayPubsub(Pubsub):
         self.max_messages_per_rpc = max(1, max_messages_per_rpc)
         self.out_rate_per_peer = out_rate_per_peer
         self.out_burst_per_peer = max(1, out_burst_per_peer)
+        self.receive_window = receive_window
+        bound_receive_windows(receive_window)
         self._warn_sub = _RateLimitedWarning(log)
 
     # -- joining topics --------------------------------------------------------------------
@@ -390,11 +404,13 @@ class RelayPubsub(Pubsub):
 
     # -- receiving -------------------------------------------------------------------------
 
-    async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+    async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message,
+                       received: tuple[float, float] | None = None) -> None:
         """Validate, de-duplicate, forward and deliver one message (replaces 0.8.1's, which
-        verifies signatures, keys the seen cache by from+seqno and drops on a full channel)."""
-        arrival = time.perf_counter()
-        received_time = time.time()
+        verifies signatures, keys the seen cache by from+seqno and drops on a full channel).
+        `received`: (wall clock, perf_counter) when its frame came off the stream; now when
+        not given (a local publish)."""
+        received_time, arrival = received if received is not None else (time.time(), time.perf_counter())
         if msg_forwarder in self.blacklisted_peers:
             return
         topics = msg.topicIDs
@@ -463,7 +479,9 @@ class RelayPubsub(Pubsub):
 
     async def continuously_read_stream(self, stream: INetStream) -> None:
         """Read RPCs through a buffer and process each published message inline, so the
-        sink's backpressure reaches the sender (0.8.1 spawns one task per message)."""
+        sink's backpressure reaches the sender (0.8.1 spawns one task per message) through a
+        receive window of at most `receive_window` bytes (:func:`bound_receive_windows`); each
+        message's receive time is when its frame came off the stream."""
         peer_id = stream.muxed_conn.peer_id
         reader = FrameReader(stream, self.max_inbound_rpc_size, READ_CHUNK)
         try:
@@ -472,6 +490,7 @@ class RelayPubsub(Pubsub):
                 if frame is None:
                     log.debug("relay: stream from %s closed", peer_id)
                     return
+                received = (reader.arrived_time, reader.arrived_perf)
                 rpc = rpc_pb2.RPC()
                 try:
                     rpc.ParseFromString(frame)
@@ -486,7 +505,7 @@ class RelayPubsub(Pubsub):
                     continue
                 for msg in rpc.publish:
                     if self._is_subscribed_to_msg(msg):
-                        await self.push_msg(peer_id, msg)
+                        await self.push_msg(peer_id, msg, received)
                 if rpc.subscriptions:
                     if len(rpc.subscriptions) > self.max_subscriptions_per_rpc:
                         log.warning("relay: peer %s sent %d subscriptions, over the limit", peer_id, len(rpc.subscriptions))
@@ -551,6 +570,35 @@ class RelayPubsub(Pubsub):
             self._handle_dead_peer(peer_id)
 
 
+_AUTOTUNE = YamuxStream._apply_autotune_epoch  # py-libp2p 0.8.1's
+
+
+def bound_receive_windows(max_bytes: int) -> None:
+    """Keep the yamux receive window of every stream of this process at most `max_bytes` (at
+    least yamux's initial 256 KiB): what a peer may send ahead of our reads. py-libp2p 0.8.1
+    doubles a stream's window (``YamuxStream._apply_autotune_epoch``, up to 16 MiB) whenever a
+    window update follows the last within 4 RTTs, i.e. whenever the reader keeps reading
+    (multistream negotiation alone takes it to 4 MiB), however much slower than the peer sends
+    it reads. The bridge's only bulk inbound data is relay: requests of the other protocols are
+    small, and what it sends is bounded by the peer's window, not this one."""
+    limit = max(max_bytes, DEFAULT_WINDOW_SIZE)
+
+    def bounded(self: YamuxStream, buffered: int) -> int:
+        if self.target_recv_window >= limit:
+            self.epoch_start = trio.current_time()
+            return 0
+        extra = _AUTOTUNE(self, buffered)
+        over = self.target_recv_window - limit
+        if over > 0:
+            cut = min(over, extra)
+            self.target_recv_window = limit
+            self.recv_window -= cut
+            extra -= cut
+        return extra
+
+    YamuxStream._apply_autotune_epoch = bounded  # type: ignore[method-assign]
+
+
 def _message_id(msg: rpc_pb2.Message) -> bytes:
     return relay_message_id(msg.data)
 
@@ -566,11 +614,13 @@ def new_relay(
     max_messages_per_rpc: int = MAX_MESSAGES_PER_RPC,
     out_rate_per_peer: float = OUT_RATE_PER_PEER,
     out_burst_per_peer: int = OUT_BURST_PER_PEER,
+    receive_window: int = RECEIVE_WINDOW,
 ) -> tuple[WakuRelayRouter, RelayPubsub]:
     """A router and pubsub pair on `host` (run both with libp2p's background_trio_service)."""
     router = WakuRelayRouter(protocols, observer=observer)
     pubsub = RelayPubsub(host, router, validator=validator, sink=sink, observer=observer,
                          max_rpc_bytes=max_rpc_bytes, max_messages_per_rpc=max_messages_per_rpc,
-                         out_rate_per_peer=out_rate_per_peer, out_burst_per_peer=out_burst_per_peer)
+                         out_rate_per_peer=out_rate_per_peer, out_burst_per_peer=out_burst_per_peer,
+                         receive_window=receive_window)
     return router, pubsub
 

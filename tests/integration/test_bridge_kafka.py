@@ -94,6 +94,9 @@ class Stats:
 
 
 def test_kafka_down_buffers_with_backpressure_then_delivers(kafka, caplog):
+    """At the bound a relay record (`put`) waits for room as long as Kafka is away and is never
+    dropped; an acknowledged one (`put_acked`, a client waits for the answer) is refused after
+    backpressure_timeout_s, counted as kafka_backlog."""
     caplog.set_level(logging.WARNING, logger="ingest.kafka")
     topic = f"test.bridge.down.{uuid.uuid4().hex[:8]}"
     create_topic(kafka, topic)
@@ -108,27 +111,35 @@ def test_kafka_down_buffers_with_backpressure_then_delivers(kafka, caplog):
                 assert await producer.put(b"k%d" % i, b"v%d" % i, time.perf_counter())
             assert producer.outstanding == 40
             began = time.monotonic()
-            assert not await producer.put(b"late", b"x", time.perf_counter())  # waited, then dropped
+            assert not await producer.put_acked(b"late", b"x", time.perf_counter(), 10)  # waited, then refused
             assert time.monotonic() - began >= 0.5
             began = time.monotonic()
-            assert not await producer.put(b"later", b"x", time.perf_counter())  # no wait while overflowing
+            assert not await producer.put_acked(b"later", b"x", time.perf_counter(), 10)  # no wait while overflowing
             assert time.monotonic() - began < 0.1
             assert stats.dropped == {"kafka_backlog": 2}
-            proxy.start()  # Kafka is back
+            handed: list[bool] = []
+            async with trio.open_nursery() as nursery:
+                async def relay_put() -> None:
+                    handed.append(await producer.put(b"held", b"y", time.perf_counter()))
+                nursery.start_soon(relay_put)
+                await trio.sleep(1.0)
+                assert handed == []  # still waiting for room: not dropped
+                proxy.start()  # Kafka is back
+            assert handed == [True]
             with trio.fail_after(60):
                 await producer.wait_idle()
-            assert stats.produced == 40
+            assert stats.produced == 41
             assert await producer.put(b"after", b"y", time.perf_counter())
 
     try:
         trio.run(main)
     finally:
         proxy.close()
-    assert stats.produced == 41
-    assert count_records(kafka, topic) == 41
+    assert stats.produced == 42 and stats.dropped == {"kafka_backlog": 2}
+    assert count_records(kafka, topic) == 42
     logs = caplog.text
     assert "relay paused until Kafka catches up" in logs
-    assert "dropping records" in logs and "[1 dropped for kafka_backlog so far]" in logs
+    assert "record refused" in logs and "[1 dropped for kafka_backlog so far]" in logs
 
 
 def test_close_flushes_everything(kafka):
