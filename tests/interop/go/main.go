@@ -27,7 +27,7 @@ const usage = `wakuinterop COMMAND [flags]
 
 Commands:
   stay           --seconds S
-  relay-publish  --count N [--rate R] [--payload-size B]
+  relay-publish  --count N [--rate R] [--payload-size B] [--seconds S]
   relay-receive  --count N
   filter         --seconds S [--content-topic C ...] [--ping-every P] [--count N]
   store          [--page-size P] [--forward] [--hashes h1,h2] [--content-topic C ...]
@@ -132,7 +132,7 @@ func parseArgs(args []string) (*options, error) {
 	fs.StringVar(&o.prefix, "prefix", "", "payload prefix: payload = <prefix>-<index> (default random)")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "stderr log level: debug, info, warn, error")
 
-	fs.Float64Var(&o.seconds, "seconds", 10, "stay/filter: how long to stay connected / subscribed")
+	fs.Float64Var(&o.seconds, "seconds", 10, "stay/filter: how long to stay connected / subscribed; relay-publish: publish for this long (then --count, if given, is a maximum)")
 	fs.IntVar(&o.count, "count", 1, "messages to publish / push / receive (default 1; filter: stop early after N distinct pushes, default 0 = never)")
 	fs.Float64Var(&o.rate, "rate", 0, "relay-publish/lightpush: messages per second, 0 = as fast as possible; store-bench: pages per second, open loop (0 = closed loop)")
 	fs.IntVar(&o.payloadSize, "payload-size", 0, "relay-publish/lightpush: pad each payload to this many bytes")

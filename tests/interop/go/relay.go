@@ -171,7 +171,13 @@ func cmdRelayPublish(ctx context.Context, o *options, log *zap.Logger) result {
 	hashes := make([]string, 0, o.count)
 	var errs []string
 	p := pacer{start: time.Now(), rate: o.rate}
-	for i := 0; i < o.count && ctx.Err() == nil; i++ {
+	// --seconds S: publish for S seconds (at most --count messages when --count is given too)
+	timed := o.set["seconds"]
+	stopAt := p.start.Add(time.Duration(o.seconds * float64(time.Second)))
+	for i := 0; (i < o.count || (timed && !o.set["count"])) && ctx.Err() == nil; i++ {
+		if timed && !time.Now().Before(stopAt) {
+			break
+		}
 		p.wait(ctx, i)
 		msg := makeMessage(o.prefix, i, o.payloadSize, o.contentTopic())
 		h, err := r.Publish(ctx, msg, relay.WithPubSubTopic(o.pubsubTopic))
@@ -205,7 +211,7 @@ func cmdRelayPublish(ctx context.Context, o *options, log *zap.Logger) result {
 	if len(errs) > 0 {
 		return fail(f, "%d of %d publishes failed (first: %s)", len(errs), o.count, errs[0])
 	}
-	if len(hashes) < o.count {
+	if len(hashes) < o.count && !timed {
 		return fail(f, "interrupted after %d of %d messages", len(hashes), o.count)
 	}
 	if d := s.tracer.droppedToPeer.Load(); d > 0 {
