@@ -5,7 +5,11 @@ the libp2p store protocol (ingest/store/), the `waku-store` CLI and the Spark Da
 
 Semantics (../shared/DESIGN.md "Store 2.0.0-beta2 paging"):
 - a message's Index is (received_time, digest); the order is received_time, then digest as
-  unsigned bytes;
+  unsigned bytes, then the message hash as unsigned bytes (a total order: two messages may
+  share an Index, e.g. one payload on two pubsub topics received at once);
+- a beta2 cursor is an Index: a position exclusive of every message at that Index; a store v3
+  cursor names one message, and is its Index with its hash (`Index.message_hash`): a walk
+  following v3 cursors meets every message once;
 - page size 0 -> the default (20); above the maximum (100) -> the maximum;
 - forward: the messages after the cursor; backward: the messages before it (the cursor is
   exclusive and is a position: valid whether or not a message sits there); no cursor: the
@@ -32,6 +36,12 @@ if TYPE_CHECKING:
 DIGEST_BYTES = 32
 MIN_DIGEST = b"\x00" * DIGEST_BYTES
 MAX_DIGEST = b"\xff" * DIGEST_BYTES
+# Below and above every 32-byte message hash: the third key of a position between messages.
+MIN_HASH = b""
+MAX_HASH = b"\xff" * 33
+
+# A message's place in the store order: (received_time, digest, message hash).
+Key = tuple[float, bytes, bytes]
 
 # Columns a page needs: the Index, the filters, the WakuMessage fields and its hash (store v3).
 PAGE_COLUMNS = ("received_time", "digest", "pubsub_topic", "content_topic", "payload", "version",
@@ -40,9 +50,19 @@ PAGE_COLUMNS = ("received_time", "digest", "pubsub_topic", "content_topic", "pay
 
 @dataclass(frozen=True, order=True)
 class Index:
-    """A position in the store order: (received_time, digest)."""
+    """A position in the store order: (received_time, digest), compared as such. Without a
+    message hash it is a beta2 position, exclusive of every message at that Index; with one
+    (a store v3 cursor, a page's edge message) it is that message's place in the total order."""
     received_time: float
     digest: bytes
+    message_hash: bytes | None = field(default=None, compare=False)
+
+    def bound(self, forward: bool) -> Key:
+        """The cursor as a key of the total order: a page holds the keys above it (forward)
+        or below it (backward). Without a hash, beyond every message at this Index."""
+        if self.message_hash is not None:
+            return (self.received_time, self.digest, self.message_hash)
+        return (self.received_time, self.digest, MAX_HASH if forward else MIN_HASH)
 
     @classmethod
     def at_time(cls, t: float) -> "Index":
@@ -95,7 +115,7 @@ class StoredMessage:
 
     @property
     def index(self) -> Index:
-        return Index(self.received_time, self.digest)
+        return Index(self.received_time, self.digest, self.message_hash)
 
     @property
     def time_ns(self) -> int:
@@ -141,16 +161,17 @@ def check_query(query: StoreQuery, limits: StoreLimits = StoreLimits()) -> str |
     return None
 
 
-def key_of(m: StoredMessage) -> tuple[float, bytes]:
-    return (m.received_time, m.digest)
+def key_of(m: StoredMessage) -> Key:
+    """The message's place in the store order (a message without a hash sorts first at its Index)."""
+    return (m.received_time, m.digest, m.message_hash or MIN_HASH)
 
 
-def after_cursor(key: tuple[float, bytes], query: StoreQuery) -> bool:
+def after_cursor(key: Key, query: StoreQuery) -> bool:
     """Whether a message at `key` is on the queried side of the cursor."""
     c = query.cursor
     if c is None:
         return True
-    return key > (c.received_time, c.digest) if query.forward else key < (c.received_time, c.digest)
+    return key > c.bound(True) if query.forward else key < c.bound(False)
 
 
 def matches_topics(pubsub_topic: str, content_topic: str, query: StoreQuery) -> bool:

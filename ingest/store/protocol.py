@@ -10,10 +10,23 @@ it cannot be served, and from a page to the response. No I/O here: the server
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from core.store_page import Page, StoreLimits, StoreQuery, check_query, page_size_of
+from core.store_page import (
+    Page,
+    StoredMessage,
+    StoreLimits,
+    StoreQuery,
+    after_cursor,
+    check_query,
+    finish_page,
+    in_window,
+    key_of,
+    matches_topics,
+    page_size_of,
+)
 from ingest.store.codec import query_from_proto, response_rpc
 from ingest.store.codec_v3 import BAD_REQUEST, hash_of
 from schemas import store_beta2_pb2 as pb
@@ -44,7 +57,8 @@ def respond(rpc: Any, page: Page | None) -> bytes:
 @dataclass(frozen=True)
 class V3Plan:
     """What a v3 request asks: a page of `query` after the message `cursor_hash` (a hash the
-    server resolves to a store position), or the messages with `hashes`."""
+    server resolves to a store position); with `hashes` (each once), a page of those messages
+    that match `query`."""
     query: StoreQuery
     cursor_hash: bytes | None = None
     hashes: tuple[bytes, ...] = ()
@@ -53,22 +67,21 @@ class V3Plan:
 
 def plan_v3(req: Any, limits: StoreLimits) -> tuple[V3Plan | None, tuple[int, str] | None]:
     """(the plan, None) or (None, (status code, reason)) for a StoreQueryRequest, with the
-    reference nodes' rules: a hash lookup takes no content filter; at most max_content_topics,
-    none empty; a time window that is not reversed; a 32-byte cursor. The page size is capped
-    at the maximum (0 or absent: the default); the direction is backward unless forward."""
+    reference nodes' rules: at most max_content_topics, none empty; a time window that is not
+    reversed; a 32-byte cursor; 32-byte message hashes, at most max_page_size distinct ones. The
+    page size is capped at the maximum (0 or absent: the default); the direction is backward
+    unless forward. Message hashes are one more filter, with the pubsub topic, content topics
+    and time window, as nwaku's archive queries them (`messageHash IN (...)` AND the others):
+    js-waku sends its pubsub topic with them, go-waku nothing else."""
     if not req.request_id:
         return None, (BAD_REQUEST, "missing request_id")
-    hashes = tuple(bytes(h) for h in req.message_hashes)
+    hashes = tuple(dict.fromkeys(bytes(h) for h in req.message_hashes))  # each once
     topic = req.pubsub_topic if req.HasField("pubsub_topic") else ""
     cts = tuple(req.content_topics)
-    if hashes:
-        if cts or topic:
-            return None, (BAD_REQUEST, "message_hashes cannot be combined with pubsub_topic or content_topics")
-        if any(len(h) != 32 for h in hashes):
-            return None, (BAD_REQUEST, "a message hash is not 32 bytes")
-        if len(hashes) > limits.max_page_size:
-            return None, (BAD_REQUEST, f"more than {limits.max_page_size} message hashes")
-        return V3Plan(StoreQuery(), hashes=hashes, include_data=req.include_data), None
+    if any(len(h) != 32 for h in hashes):
+        return None, (BAD_REQUEST, "a message hash is not 32 bytes")
+    if len(hashes) > limits.max_page_size:
+        return None, (BAD_REQUEST, f"more than {limits.max_page_size} message hashes")
     if len(cts) > limits.max_content_topics:
         return None, (BAD_REQUEST, f"more than {limits.max_content_topics} content topics")
     if any(not c for c in cts):
@@ -83,7 +96,21 @@ def plan_v3(req: Any, limits: StoreLimits) -> tuple[V3Plan | None, tuple[int, st
     limit = req.pagination_limit if req.HasField("pagination_limit") else 0
     size = page_size_of(min(limit, limits.max_page_size) if limit else 0, limits)
     query = StoreQuery(topic, cts, None, bool(req.pagination_forward), size, start, end)
-    return V3Plan(query, cursor, include_data=req.include_data), None
+    return V3Plan(query, cursor, hashes, req.include_data), None
+
+
+def lookup_page(found: Iterable[StoredMessage], query: StoreQuery, limits: StoreLimits) -> tuple[Page, bytes | None]:
+    """A lookup by hash paged like any query: of the messages found for the requested hashes,
+    each once, those matching the query's filters on the queried side of its cursor (resolved
+    from the request's cursor hash), the page nearest the cursor in store order, oldest first;
+    and the response cursor, the hash of the page's edge message, only when more follow (the
+    lookup knows all its candidates, as nwaku knows from fetching one row more than the page)."""
+    unique = {key_of(m): m for m in found}
+    hits = [m for m in unique.values() if matches_topics(m.pubsub_topic, m.content_topic, query)
+            and after_cursor(key_of(m), query) and in_window(m, query)]
+    page = finish_page(hits, query, limits)
+    more = len(hits) > len(page.messages)
+    return page, (page_cursor_v3(page, len(page.messages)) if more else None)
 
 
 def page_cursor_v3(page: Page, limit: int) -> bytes | None:

@@ -32,6 +32,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -51,6 +52,7 @@ from core.store_page import (
     StoreLimits,
     StoreQuery,
     finish_page,
+    key_of,
     page_size_of,
 )
 from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_STATS_COLUMNS
@@ -159,7 +161,8 @@ def _may_be_in_window(st: _Stats, start: int | None, end: int | None) -> bool:
 
 
 def _frontier_cursor(frontier: float, forward: bool) -> Index:
-    """The position just before (forward) / after (backward) everything at `frontier`."""
+    """The position just before (forward) / after (backward) everything at `frontier` (a
+    position: no message hash)."""
     if forward:
         return Index(math.nextafter(frontier, -math.inf), MAX_DIGEST)
     return Index(math.nextafter(frontier, math.inf), MIN_DIGEST)
@@ -173,9 +176,10 @@ def _advances(frontier: float, query: StoreQuery) -> bool:
     c = query.cursor
     if c is None:
         return True
-    new = _frontier_cursor(frontier, query.forward)
-    here = Index(float(c.received_time), bytes(c.digest))
-    return new > here if query.forward else new < here
+    fwd = query.forward
+    new = _frontier_cursor(frontier, fwd).bound(fwd)
+    here = Index(float(c.received_time), bytes(c.digest), c.message_hash).bound(fwd)
+    return new > here if fwd else new < here
 
 
 def _stat(value: Any) -> Any:
@@ -184,6 +188,25 @@ def _stat(value: Any) -> Any:
     if isinstance(value, float) and math.isnan(value):
         return None
     return value
+
+
+def _ns_stats(lo: Any, hi: Any) -> tuple[int | None, int | None]:
+    """A unit's min and max sender timestamps as integer nanoseconds. Delta's and Parquet's
+    statistics of the long column are integers, kept exact: a window bound equal to a message's
+    timestamp must compare equal to it. Should a statistic come as a float (a float64 holds
+    today's nanoseconds only to 256 ns), the range is widened by its rounding, so that no unit
+    holding a message at a window's bound is skipped."""
+    def exact(v: Any, widen: int) -> int | None:
+        v = _stat(v)
+        if v is None or isinstance(v, bool):
+            return None
+        if isinstance(v, Integral):
+            return int(v)
+        f = float(v)
+        if not math.isfinite(f):
+            return None
+        return int(f) + widen * (int(math.ulp(f)) + 1)
+    return exact(lo, -1), exact(hi, 1)
 
 
 def _footer_stats(md: pq.FileMetaData) -> list[tuple[int, _Stats]]:
@@ -208,7 +231,7 @@ def _footer_stats(md: pq.FileMetaData) -> list[tuple[int, _Stats]]:
         st.max_rt = math.inf if hi is None else float(hi)
         st.pubsub = minmax("pubsub_topic")
         st.content = minmax("content_topic")
-        st.min_ts, st.max_ts = minmax("timestamp")
+        st.min_ts, st.max_ts = _ns_stats(*minmax("timestamp"))
         ts = stats("timestamp")
         st.ts_nulls = ts.null_count if ts is not None and ts.has_null_count else None
         out.append((g, st))
@@ -504,7 +527,7 @@ class StoreReader:
             st.max_rt = math.inf if hi is None else float(hi)
             st.pubsub = (a.get("min.pubsub_topic"), a.get("max.pubsub_topic"))
             st.content = (a.get("min.content_topic"), a.get("max.content_topic"))
-            st.min_ts, st.max_ts = _stat(a.get("min.timestamp")), _stat(a.get("max.timestamp"))
+            st.min_ts, st.max_ts = _ns_stats(a.get("min.timestamp"), a.get("max.timestamp"))
             st.ts_nulls = _stat(a.get("null_count.timestamp"))
             path = os.path.join(root, unquote(a["path"]))
             files.append(_File(path, st, None))
@@ -715,8 +738,15 @@ class StoreReader:
             side = rt > t if query.forward else rt < t
             ties = np.flatnonzero(rt == t)
             if len(ties):
-                digests = g.table["digest"].take(pa.array(ties)).to_pylist()
-                ok = [i for i, d in zip(ties.tolist(), digests) if (d > c.digest if query.forward else d < c.digest)]
+                # Rows at the cursor's receive time: on the queried side by (digest, hash), the
+                # cursor's bound in the total order (store_page.Index.bound).
+                _, digest, hash_ = c.bound(query.forward)
+                take = pa.array(ties)
+                digests = g.table["digest"].take(take).to_pylist()
+                hashes = (g.table["message_hash"].take(take).to_pylist()
+                          if "message_hash" in g.table.column_names else [None] * len(ties))
+                ok = [i for i, d, h in zip(ties.tolist(), digests, hashes, strict=True)
+                      if ((d, h or b"") > (digest, hash_) if query.forward else (d, h or b"") < (digest, hash_))]
                 if ok:
                     side[ok] = True
             mask = side if mask is None else mask & side
@@ -734,7 +764,7 @@ class StoreReader:
         if not len(idx):
             return []
         rows = [StoredMessage.from_mapping(r) for r in g.table.take(pa.array(idx)).to_pylist()]
-        rows.sort(key=lambda m: (m.received_time, m.digest), reverse=not query.forward)
+        rows.sort(key=key_of, reverse=not query.forward)
         return rows[:n]
 
     def _walk(self, snap: Snapshot, query: StoreQuery, cached_only: bool = False) -> Page:
@@ -777,7 +807,7 @@ class StoreReader:
             t = self._read(f.path, group, cached_only)
             scanned += len(t.rt)
             found.extend(self._matching(t, query, n))
-            found.sort(key=lambda m: (m.received_time, m.digest), reverse=not fwd)
+            found.sort(key=key_of, reverse=not fwd)
             del found[n:]
         if not partial:
             return finish_page(found, query, self.settings.limits, scanned)
@@ -803,8 +833,8 @@ def _merge(page: Page, fresh: list[StoredMessage], query: StoreQuery, n: int, li
     if not fresh:
         return page
     if page.partial and page.cursor is not None:
-        f = page.cursor
-        fresh = [m for m in fresh if (m.index <= f if query.forward else m.index >= f)]
+        f = page.cursor.bound(query.forward)
+        fresh = [m for m in fresh if (key_of(m) <= f if query.forward else key_of(m) >= f)]
     merged = finish_page(page.messages + fresh, query, limits, page.rows_scanned)
     if page.partial and len(merged.messages) < n:
         merged.cursor, merged.partial = page.cursor, True

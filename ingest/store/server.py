@@ -29,13 +29,13 @@ from libp2p.custom_types import TProtocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from core.config import Config, ConfigError
-from core.store_page import StoreLimits
+from core.store_page import Index, StoreLimits
 from ingest.framing import FrameError, FrameReader, FrameTimeout, close_quietly, frame, peer_of
 from ingest.ratelimit import PeerBuckets
 from ingest.store import codec_v3
 from ingest.store.codec import STORE_CODEC, decode_rpc
 from ingest.store.codec_v3 import STORE_V3_CODEC
-from ingest.store.protocol import REJECT_REASONS, page_cursor_v3, plan, plan_v3, respond
+from ingest.store.protocol import REJECT_REASONS, lookup_page, page_cursor_v3, plan, plan_v3, respond
 from ingest.store.reader import NotCached, ReaderSettings, StoreReader
 from ingest.store.tail import Tail, TailFollower, TailSettings, committed_offsets
 
@@ -274,16 +274,18 @@ class StoreServer:
 
     async def _run_v3(self, p: Any) -> tuple[int, str, list, bytes | None]:
         """(status, detail, messages, response cursor) of a v3 plan. A page the scan budget cut
-        short with nothing found is continued here: a v3 client stops at the first empty page."""
-        if p.hashes:
-            found = await self._blocking(lambda: [m for m in map(self.reader.locate, p.hashes) if m is not None])
-            return codec_v3.OK, "", found, None
+        short with nothing found is continued here: a v3 client stops at the first empty page.
+        The cursor names one message: its place in the total order (receive time, digest, hash)."""
         query = p.query
         if p.cursor_hash is not None:
             at = await self._blocking(self.reader.locate, p.cursor_hash)
             if at is None:
                 return codec_v3.BAD_REQUEST, "the cursor is not a stored message", [], None
-            query = query.with_cursor(at.index)
+            query = query.with_cursor(Index(at.received_time, at.digest, p.cursor_hash))
+        if p.hashes:
+            found = await self._blocking(lambda: [m for m in map(self.reader.locate, p.hashes) if m is not None])
+            page, cursor = lookup_page(found, query, self.settings.limits)
+            return codec_v3.OK, "", page.messages, cursor
         while True:
             page = await self._query(query)
             if page.partial and not page.messages and page.cursor is not None:

@@ -10,15 +10,15 @@ yet committed to Delta, kept in memory so that store queries (beta2 and v3) answ
   ephemeral messages are left out, and a message hash already in the Delta table is dropped
   (the reader's hash index).
 - `Tail` holds the rest, one entry per message hash (the earliest receive time, as the job
-  keeps per batch), indexed by (received_time, digest) overall, per content topic and per
+  keeps per batch), indexed by (received_time, digest, hash) overall, per content topic and per
   pubsub topic, at most `tail_max_messages` (the oldest by receive time go first).
 - The online reader (`ingest/store/reader.py`) merges the tail's nearest matches into each
-  page in exact (receivedTime, digest) order, and when a new table version appears it hides
-  in the tail every message hash of the version's new data files *and* swaps the snapshot in,
-  in one brief hold of the tail's lock (`Tail.publish`): a query sees each message exactly
-  once, in the tail or in Delta, never both and never neither. The hidden messages are then
-  forgotten a chunk at a time. A message keeps its Index when it moves from the tail to Delta
-  (same receive time and digest), so cursors stay valid.
+  page in exact store order (receivedTime, digest, message hash), and when a new table version
+  appears it hides in the tail every message hash of the version's new data files *and* swaps
+  the snapshot in, in one brief hold of the tail's lock (`Tail.publish`): a query sees each
+  message exactly once, in the tail or in Delta, never both and never neither. The hidden
+  messages are then forgotten a chunk at a time. A message keeps its place when it moves from
+  the tail to Delta (same receive time, digest and hash), so cursors stay valid.
 
 Known limit: copies of one message (one hash, so one Kafka partition) with different receive
 times that fall into two store-job batches, the later copy received earlier (two bridges with
@@ -51,7 +51,6 @@ log = logging.getLogger("ingest.store.tail")
 # librdkafka's own log lines (named "kafka...": the bridge's Kafka log limit applies to them).
 _LIBRDKAFKA_LOG = logging.getLogger("kafka.librdkafka.store-tail")
 
-_HIGH = b"\xff" * 64  # above every digest and hash: a key's upper bound at a given Index
 Key = tuple[float, bytes, bytes]  # (received_time, digest, message_hash)
 _CHUNK = 500  # messages taken in per hold of the tail's lock
 # Messages forgotten, Kafka arrivals swept and stale keys trimmed per hold of the tail's lock
@@ -386,11 +385,13 @@ class Tail:
         live, hidden = self._keys, self._hidden
         c = query.cursor
         for lst in lists:
+            # The cursor's bound in the total order (received_time, digest, hash): a v3 cursor
+            # names one message, a beta2 cursor lies beyond every message at its Index.
             if query.forward:
-                i = 0 if c is None else bisect.bisect_right(lst, (float(c.received_time), bytes(c.digest), _HIGH))
+                i = 0 if c is None else bisect.bisect_right(lst, c.bound(True))
                 keys = (lst[j] for j in range(i, len(lst)))
             else:
-                i = len(lst) if c is None else bisect.bisect_left(lst, (float(c.received_time), bytes(c.digest), b""))
+                i = len(lst) if c is None else bisect.bisect_left(lst, c.bound(False))
                 keys = (lst[j] for j in range(i - 1, -1, -1))
             got = 0
             for key in keys:

@@ -39,18 +39,23 @@ def history_page_df(messages: "DataFrame", query: StoreQuery, limits: StoreLimit
             df = df.where(t_ns <= F.lit(query.time_end))
     c = query.cursor
     if c is not None:
-        t, d = F.lit(c.received_time), F.lit(bytearray(c.digest))
-        rt, dg = F.col("received_time"), F.col("digest")
+        # The cursor's bound in the total order (received_time, digest, message_hash): a v3
+        # cursor names one message, a beta2 cursor lies beyond every message at its Index.
+        at, digest, hash_ = c.bound(query.forward)
+        t, d, h = F.lit(at), F.lit(bytearray(digest)), F.lit(bytearray(hash_))
+        rt, dg, mh = F.col("received_time"), F.col("digest"), F.col("message_hash")
+        # (the plain range on received_time first: Delta skips files by its statistics)
         if query.forward:
-            df = df.where((rt >= t) & ((rt > t) | (dg > d)))
+            df = df.where((rt >= t) & ((rt > t) | (dg > d) | ((dg == d) & (mh > h))))
         else:
-            df = df.where((rt <= t) & ((rt < t) | (dg < d)))
+            df = df.where((rt <= t) & ((rt < t) | (dg < d) | ((dg == d) & (mh < h))))
     n = page_size_of(query.page_size, limits)
+    order = ("received_time", "digest", "message_hash")
     if query.forward:
-        df = df.orderBy(F.col("received_time").asc(), F.col("digest").asc()).limit(n)
+        df = df.orderBy(*(F.col(name).asc() for name in order)).limit(n)
     else:
-        df = df.orderBy(F.col("received_time").desc(), F.col("digest").desc()).limit(n)
-    return df.orderBy("received_time", "digest") if oldest_first else df
+        df = df.orderBy(*(F.col(name).desc() for name in order)).limit(n)
+    return df.orderBy(*order) if oldest_first else df
 
 
 def history_page(spark: "SparkSession", table_path: str, query: StoreQuery,

@@ -30,6 +30,7 @@ const DEFAULTS = {
   pageSize: undefined,
   forward: true,
   maxPages: 1000,
+  hashes: undefined, // comma-separated hex message hashes: a lookup by hash
   // lightpush / relay-publish
   count: 1,
   lightpushVersion: "auto",
@@ -49,6 +50,7 @@ const FLAGS = {
   "--keepalive-ms": ["keepaliveMs", "int"],
   "--page-size": ["pageSize", "int"],
   "--max-pages": ["maxPages", "int"],
+  "--hashes": ["hashes", "string"],
   "--count": ["count", "int"],
   "--lightpush-version": ["lightpushVersion", "string"],
   "--linger": ["linger", "number"],

@@ -228,6 +228,13 @@ export async function cmdStore(node, opts, r, state) {
   s.duplicates = 0;
   s.undecoded = 0;
   const gen = node.store.queryGenerator([decoder], queryOptions);
+  if (opts.hashes) {
+    // A lookup by hash: js-waku sends the decoder's pubsub topic along with the hashes.
+    queryOptions.messageHashes = opts.hashes
+      .split(",")
+      .filter((h) => h)
+      .map((h) => Uint8Array.from(Buffer.from(h.replace(/^0x/i, ""), "hex")));
+  }
   try {
     while (true) {
       if (s.pages >= opts.maxPages) {
