@@ -58,9 +58,11 @@ def load1() -> float:
     return os.getloadavg()[0]
 
 
-def kafka_keys(bootstrap: str, topic: str) -> tuple[int, set[bytes]]:
-    """(records, distinct keys) of the topic."""
+def kafka_keys(bootstrap: str, topic: str) -> tuple[int, set[bytes], list[float]]:
+    """(records, distinct keys, received_time - sender timestamp of each record) of the topic."""
     from kafka import KafkaConsumer, TopicPartition
+
+    from core.validation import decode_ingest
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                              fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=16 * 1024 * 1024)
@@ -70,13 +72,18 @@ def kafka_keys(bootstrap: str, topic: str) -> tuple[int, set[bytes]]:
         consumer.seek_to_beginning()
         end = consumer.end_offsets(parts)
         keys: set[bytes] = set()
+        lags: list[float] = []
         records = 0
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and any(consumer.position(p) < end[p] for p in parts):
             for recs in consumer.poll(timeout_ms=500, max_records=100_000).values():
                 records += len(recs)
                 keys.update(r.key for r in recs)
-        return records, keys
+                for r in recs:
+                    f = decode_ingest(r.value)
+                    if f.has_message and f.timestamp:
+                        lags.append(f.received_time - f.timestamp / 1e9)
+        return records, keys, lags
     finally:
         consumer.close()
 
@@ -178,7 +185,9 @@ def main() -> int:
             time.sleep(1)
         after = scrape(metrics_port)
         bootstrap = f"127.0.0.1:{kafka_port}"
-        records, keys = kafka_keys(bootstrap, topic)
+        records, keys, lags = kafka_keys(bootstrap, topic)
+        lags.sort()
+        lag = lambda q: round(lags[min(len(lags) - 1, int(q * len(lags)))], 2) if lags else None  # noqa: E731
         in_kafka = len(hashes & keys)
         quarantined: dict[str, int] = {}
         stored = 0
@@ -212,6 +221,7 @@ def main() -> int:
             "bridge_dropped": d("waku_bridge_dropped_total"),
             "in_kafka": in_kafka,
             "kafka_records": records,
+            "lag_p50_s": lag(0.5), "lag_p99_s": lag(0.99), "lag_max_s": lag(1.0),
             "stored": stored,
             "quarantined": quarantined,
             "load_avg_1m_mean": round(sum(loads) / len(loads), 1) if loads else None,
