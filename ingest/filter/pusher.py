@@ -18,8 +18,15 @@ the kept stream notices the peer's close or reset; the pushes written on it in t
 that closes has read one) are sent again on new streams, as is a push whose write fails. A
 per-message stream is confirmed the same way: the bridge closes its side and waits (without
 holding a slot) for the peer's close; a reset means the push was not read (go-waku resets when
-its rate limiter refuses), and it is sent again. Pushes to a peer are paced by its token bucket
-whatever the stream.
+its rate limiter refuses), and it is sent again.
+
+Pacing. Only pushes on streams of their own are paced, by the peer's token bucket: that is what a
+client reading one push per stream gets, and go-waku's light client refuses (resets) more than
+15 push streams/s per peer (burst 20, counted per stream on arrival). Writes on a kept stream are
+not paced: a client that keeps reading a push stream (nwaku, js-waku) reads as fast as we write,
+and the stream's flow control holds the writes back if it does not. The kind of client is told by
+what it does (closing or resetting push streams), not by its identify agent version, so clients
+built on go-waku under another name are paced too.
 """
 from __future__ import annotations
 
@@ -190,9 +197,10 @@ class _Kept:
 
 
 class PeerPusher:
-    """Pushes to one peer (see the module doc): paced by a token bucket (push_rate_per_peer,
-    burst push_burst_per_peer); a v2 stream kept open and reused once the peer showed it keeps
-    reading; up to PUSHES_IN_FLIGHT new streams at a time otherwise; a push whose stream fails,
+    """Pushes to one peer (see the module doc): a v2 stream kept open and reused, unpaced, once
+    the peer showed it keeps reading; otherwise a stream per push, paced by a token bucket
+    (push_rate_per_peer, burst push_burst_per_peer), up to PUSHES_IN_FLIGHT new streams at a
+    time; a push whose stream fails,
     or which a peer's close or reset may have lost, is sent again (paced like the others) up to
     push_retries times before it counts as failed. `report(ok)` is called when the peer's
     pushes start or stop failing; `connected()` tells whether the connection is still there."""
@@ -232,7 +240,6 @@ class PeerPusher:
                             break
                         if item is None:
                             continue
-                    await self.bucket.take()
                     await self._send(item)
                 nursery.cancel_scope.cancel()  # nothing is wanted any more: no retries, no waits
         finally:
@@ -248,6 +255,7 @@ class PeerPusher:
             k = self.kept
             if k is None:
                 # The probe: opened here, in line (one round trip), and kept open.
+                await self.bucket.take()
                 await self.slots.acquire()
                 await self._push_new(item, keep=True)
                 return
@@ -260,8 +268,9 @@ class PeerPusher:
                     with trio.move_on_after(wait):
                         await k.ended.wait()
                 if k.alive and not self.closes_streams:
-                    await self._write_kept(k, item)
+                    await self._write_kept(k, item)  # not paced: the peer reads as fast as we write
                     return
+        await self.bucket.take()
         await self.slots.acquire()
         assert self._nursery is not None
         self._nursery.start_soon(self._push_new, item, False)

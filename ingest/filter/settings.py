@@ -21,6 +21,8 @@ class FilterSettings:
     unreachable_timeout_s: float = 60.0
     push_timeout_s: float = 5.0
     push_queue_per_peer: int = 1000
+    # Pushes on streams of their own (go-waku's client reads one per stream and refuses > 15/s);
+    # writes on a kept stream (nwaku, js-waku) are not paced.
     push_rate_per_peer: float = 13.0
     push_burst_per_peer: int = 15
     push_retries: int = 2

@@ -169,7 +169,11 @@ export async function cmdFilter(node, opts, r, state) {
   const s = state.summary;
   s.received = 0;
   s.hashes = [];
-  await connect(node, opts, r, { protocol: Protocols.Filter, codecs: [CODECS.filter] }, state);
+  const { peerId } = await connect(node, opts, r, { protocol: Protocols.Filter, codecs: [CODECS.filter] }, state);
+  if (opts.forgetPeerShards) {
+    await node.libp2p.peerStore.merge(peerId, { metadata: { shardInfo: undefined } });
+    emit({ event: "peer_shards_forgotten", peer_id: peerId.toString() });
+  }
   const decoder = createDecoder(opts.contentTopic, r.routingInfo);
   const onMessage = (msg) => {
     if (!msg) return;
@@ -183,6 +187,7 @@ export async function cmdFilter(node, opts, r, state) {
       content_topic: msg.contentTopic,
       pubsub_topic: msg.pubsubTopic,
       timestamp: msg.proto.timestamp ?? null,
+      arrived_ms: Date.now(), // wall clock at the callback (latency = arrived_ms - timestamp / 1e6)
     });
   };
   const timeoutMs = opts.timeout * 1000;
@@ -223,11 +228,6 @@ export async function cmdStore(node, opts, r, state) {
   const decoder = createDecoder(opts.contentTopic, r.routingInfo);
   const queryOptions = { paginationForward: opts.forward };
   if (opts.pageSize !== undefined) queryOptions.paginationLimit = opts.pageSize;
-  const timeoutMs = opts.timeout * 1000;
-  const seen = new Set();
-  s.duplicates = 0;
-  s.undecoded = 0;
-  const gen = node.store.queryGenerator([decoder], queryOptions);
   if (opts.hashes) {
     // A lookup by hash: js-waku sends the decoder's pubsub topic along with the hashes.
     queryOptions.messageHashes = opts.hashes
@@ -235,6 +235,11 @@ export async function cmdStore(node, opts, r, state) {
       .filter((h) => h)
       .map((h) => Uint8Array.from(Buffer.from(h.replace(/^0x/i, ""), "hex")));
   }
+  const timeoutMs = opts.timeout * 1000;
+  const seen = new Set();
+  s.duplicates = 0;
+  s.undecoded = 0;
+  const gen = node.store.queryGenerator([decoder], queryOptions);
   try {
     while (true) {
       if (s.pages >= opts.maxPages) {

@@ -1,0 +1,169 @@
+"""Issue 36 item 8: a js-waku filter subscriber keeps up with a busy content topic. js-waku reads
+every push of a stream as fast as the bridge writes, so its pushes are not paced (go-waku's light
+client, which refuses more than 15 push streams/s, still is: tests/interop/test_go_waku.py).
+Messages are relayed into the bridge at a steady rate by the fixture's relay peer; each arrives at
+js-waku once, and its latency (js-waku's arrival clock minus the message timestamp, same machine)
+stays far below what 13 pushes/s would give (200 messages at 50 msg/s: the last ~11 s late).
+
+The helpers are shared with tests/benchmarks/js_push_latency.py."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+import uuid
+
+import pytest
+import trio
+
+from core.message import hash_of
+from schemas import pipeline_records_pb2 as pr
+from schemas.waku_message_pb2 import WakuMessage
+from tests.integration.test_filter_service import wait_until
+from tests.interop.conftest import CLUSTER, PUBSUB_TOPIC, SHARDS, ClientRun, Interop, js_client
+
+pytestmark = pytest.mark.integration
+
+
+def topic(name: str) -> str:
+    return f"/interop/1/{name}/proto"
+
+
+def subscribe_js(env: Interop, content_topic: str, seconds: float = 300) -> ClientRun:
+    """A js-waku filter subscriber on `content_topic`, once its subscription is in Delta (the
+    filter job matches from then on)."""
+    client = js_client("filter", "--peer", env.ws_addr, "--cluster-id", str(CLUSTER), "--shards", str(SHARDS),
+                       "--content-topic", content_topic, "--timeout", "60", "--seconds", str(seconds))
+    client.wait_event("ready")
+    subs = env.cfg.path("warehouse.root") + "/subscriptions"
+    wait_until(lambda: env.spark.read.format("delta").load(subs)
+               .where(f"content_topic = '{content_topic}'").count() == 1, 180, "the js subscription in Delta")
+    return client
+
+
+def publish_steady(env: Interop, n: int, rate: float, prefix: str, content_topic: str) -> list[tuple[bytes, int]]:
+    """Relay n messages into the bridge at `rate` msg/s on a fixed schedule (a late publish does
+    not delay the next ones); (message hash, timestamp in ns) of each, in order."""
+    sent: list[tuple[bytes, int]] = []
+
+    async def go() -> None:
+        start = trio.current_time()
+        for i in range(n):
+            await trio.sleep_until(start + i / rate)
+            msg = WakuMessage(payload=f"{prefix}-{i}".encode(), content_topic=content_topic, timestamp=time.time_ns())
+            await env.relay_peer.publish(msg, PUBSUB_TOPIC)
+            sent.append((hash_of(PUBSUB_TOPIC, msg), msg.timestamp))
+
+    env.net.run(go)
+    return sent
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))]
+
+
+def push_record_times(env: Interop, peer_id: str, want: set[str]) -> dict[str, int]:
+    """When the filter job wrote the push record of each message of `want` (0x hashes) for
+    `peer_id` into the bridge's push topic (the records' CreateTime, ms)."""
+    from kafka import KafkaConsumer
+
+    prefix = env.cfg.get("topics.push_prefix")
+    consumer = KafkaConsumer(bootstrap_servers=env.cfg.bootstrap_servers(), auto_offset_reset="earliest",
+                             enable_auto_commit=False, group_id=None, consumer_timeout_ms=3000)
+    try:
+        consumer.subscribe(pattern=f"^{re.escape(prefix)}.*")
+        times: dict[str, int] = {}
+        for r in consumer:
+            rec = pr.PushRecord.FromString(r.value)
+            h = "0x" + rec.message_hash.hex()
+            if rec.peer_id == peer_id and h in want:
+                times.setdefault(h, r.timestamp)
+            if len(times) == len(want):
+                break
+        return times
+    finally:
+        consumer.close()
+
+
+def push_latencies(client: ClientRun, sent: list[tuple[bytes, int]], timeout: float = 120.0,
+                   env: Interop | None = None) -> dict:
+    """Waits until every message of `sent` reached the client (progress, not a deadline: the
+    timeout only bounds a stuck run); their latencies (s) in publication order, the lateness of
+    the last arrival after the last publish, the achieved publish rate, duplicates. With `env`,
+    also the bridge's part: arrival minus the time the filter job wrote the push record."""
+    want = {"0x" + h.hex() for h, _ in sent}
+    wait_until(lambda: want <= {e["hash"] for e in client.of("push")}, timeout,
+               f"{len(want)} pushes at js-waku")
+    arrived: dict[str, int] = {}
+    duplicates = 0
+    for e in client.of("push"):
+        if e["hash"] in want:
+            if e["hash"] in arrived:
+                duplicates += 1
+            else:
+                arrived[e["hash"]] = e["arrived_ms"]
+    latencies = [arrived["0x" + h.hex()] / 1e3 - ts / 1e9 for h, ts in sent]
+    first_ts, last_ts = sent[0][1] / 1e9, sent[-1][1] / 1e9
+    times = arrived.values()
+    bridge: dict = {}
+    if env is not None:
+        peer = next(e for e in client.events if e.get("event") == "connected")["local_peer_id"]
+        written = push_record_times(env, peer, want)
+        assert set(written) == want, f"{len(want) - len(written)} push records not found"
+        part = [arrived[h] / 1e3 - written[h] / 1e3 for h in want]
+        bridge = {"pusher_p50_s": round(percentile(part, 50), 3), "pusher_p99_s": round(percentile(part, 99), 3)}
+    return {
+        "messages": len(sent),
+        "rate": round((len(sent) - 1) / max(last_ts - first_ts, 1e-9), 1),
+        "latencies": latencies,
+        "p50_s": round(percentile(latencies, 50), 3),
+        "p99_s": round(percentile(latencies, 99), 3),
+        "max_s": round(max(latencies), 3),
+        "last_arrival_after_last_publish_s": round(max(times) / 1e3 - last_ts, 3),
+        # first to last publish, and first to last arrival at js-waku
+        "publish_span_s": round(last_ts - first_ts, 3),
+        "arrival_span_s": round((max(times) - min(times)) / 1e3, 3),
+        "duplicates": duplicates,
+        **bridge,
+    }
+
+
+def stop(client: ClientRun) -> dict:
+    """Ends the client's window now (SIGTERM: it unsubscribes and prints its summary)."""
+    client.proc.send_signal(signal.SIGTERM)
+    return client.finish()
+
+
+def test_js_filter_keeps_up_with_50_and_100_msgs_per_s(interop: Interop):
+    ct = topic(f"pushrate-js-{uuid.uuid4().hex[:6]}")
+    client = subscribe_js(interop, ct)
+    try:
+        # Warm-up: the bridge writes a peer's pushes on one kept stream only once the peer has
+        # kept its first one open filter.push_reuse_after_s (1 s; holding them meanwhile): two
+        # messages 1.5 s apart, the second written on the kept stream.
+        push_latencies(client, publish_steady(interop, 2, 1 / 1.5, "warm", ct), env=interop)
+        for rate, n in ((50, 200), (100, 200)):
+            sent = publish_steady(interop, n, rate, f"r{rate}", ct)
+            got = push_latencies(client, sent, env=interop)
+            print(f"js-waku pushes at {rate} msg/s (achieved {got['rate']}): p50 {got['p50_s']} s, "
+                  f"p99 {got['p99_s']} s, max {got['max_s']} s (the bridge's part, push record to arrival: "
+                  f"p50 {got['pusher_p50_s']} s, p99 {got['pusher_p99_s']} s), last arrival "
+                  f"{got['last_arrival_after_last_publish_s']} s after the last publish; published over "
+                  f"{got['publish_span_s']} s, arrived over {got['arrival_span_s']} s; load {os.getloadavg()}")
+            assert got["duplicates"] == 0, got
+            # Paced at 13/s (burst 15), 200 pushes take >= 14.2 s whatever the machine: they
+            # arrive over >= 14.2 s although published over 4 s (50/s) or 2 s (100/s), the last
+            # ~11 s / ~13 s after the last publish, and the bridge's part of the p99 is as large.
+            # Unpaced, pushes follow the publications, each a write after the filter job's
+            # micro-batch (0.2 s trigger): well under a second end to end on a quiet machine. On
+            # a busy one the Spark batches alone take seconds, so the end-to-end latency is only
+            # printed; the bounds are on what pacing would stretch, with room for a busy machine.
+            assert got["arrival_span_s"] < got["publish_span_s"] + 4.0, got
+            assert got["pusher_p99_s"] < 2.0, got
+    finally:
+        summary = stop(client)
+    assert summary["ok"], summary
+    assert summary["received"] == 402  # each once, nothing else
