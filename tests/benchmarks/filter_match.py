@@ -20,7 +20,7 @@ jobs start (their pushes go to a bridge id nobody serves and are read back from 
 `--fanout` synthetic peers and every client on one popular topic. Half of the synthetic traffic
 matches one criterion; the client traffic is 1 msg/s on each client's own topic, 1 msg/s on the
 popular topic and 4 msg/s on each client's new topic (6 pushes/s per client: under the bridge's
-13/s per-peer pacing that go-waku's client needs).
+13/s per-peer pacing of go-waku-like clients, which these are not).
 
 Figures (start-up and the warm-up excluded; reported apart):
   - latency: client receive time - publish time (producer's clock, same machine) over every push

@@ -8,8 +8,9 @@ Set-up: the embedded Kafka broker; one bridge (`python -m ingest.cli run`, its m
 port); `--procs` client processes hosting `--peers` libp2p hosts in all, each with one filter
 connection and one SUBSCRIBE (its own content topic and a shared one); a producer process that
 writes PushRecords into `waku.push.<bridge id>`, each peer offered `--rate-per-peer` pushes/s
-(below filter.push_rate_per_peer) for `--duration` s; then a fan-out: one message matching every
-peer (one record per peer, as the filter job writes them), written at once.
+(below filter.push_rate_per_peer, pacing the peers that read one push per stream) for
+`--duration` s; then a fan-out: one message matching every peer (one record per peer, as the
+filter job writes them), written at once.
 
 Clients read pushes as the reference clients do: most like nwaku and js-waku (read every push of
 a stream until the bridge closes it), `--one-shot-fraction` like go-waku (read one push, close).
@@ -306,7 +307,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="60 peers in 2 processes, 20 s (under 2 minutes)")
     ap.add_argument("--peers", type=int, default=400)
     ap.add_argument("--procs", type=int, default=4, help="client processes")
-    ap.add_argument("--rate-per-peer", type=float, default=12.0, help="offered pushes/s per peer (limit: 13/s)")
+    ap.add_argument("--rate-per-peer", type=float, default=12.0, help="pushes/s offered per peer (one-shot: 13/s)")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of the steady phase")
     ap.add_argument("--one-shot-fraction", type=float, default=0.1,
                     help="share of peers reading one push per stream (go-waku); the others keep reading")

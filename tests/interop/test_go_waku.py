@@ -74,7 +74,9 @@ def test_go_relay_out_burst_arrives_whole(interop: Interop):
 
 def test_go_filter_codes_and_pushes_at_5_15_30_per_s(interop: Interop):
     ct = topic(f"filter-go-{uuid.uuid4().hex[:6]}")
-    client = go_client("filter", *common(interop, ct), "--seconds", "60", "--ping-every", "4", "--count", "100")
+    # --count 100: the client stops once it has 100 pushes; --seconds only bounds a stuck run (a
+    # busy machine's Spark batches may take most of a minute to deliver the first ones).
+    client = go_client("filter", *common(interop, ct), "--seconds", "240", "--ping-every", "4", "--count", "100")
     client.wait_event("ready")
     subs = interop.cfg.path("warehouse.root") + "/subscriptions"
     wait_until(lambda: interop.spark.read.format("delta").load(subs)
@@ -82,7 +84,7 @@ def test_go_filter_codes_and_pushes_at_5_15_30_per_s(interop: Interop):
     sent = []
     for rate, n in ((5, 10), (15, 30), (30, 60)):
         sent += interop.publish(n, f"go{rate}", rate=rate, content_topic=ct)
-    summary = client.finish(timeout=240)
+    summary = client.finish(timeout=330)
     assert summary["ok"], summary
     assert summary["subscribe_status"] == 200 and set(summary["ping_statuses"]) == {200}
     assert summary["unsubscribe_status"] == 200 and summary["final_ping_status"] == 404
