@@ -78,6 +78,14 @@ export function parseArgs(argv) {
       value = arg.slice(eq + 1);
       arg = arg.slice(0, eq);
     }
+    if (arg === "--forget-peer-shards") {
+      // filter: after the metadata handshake, drop the peer's shards from js-waku's peer store, so
+      // that js-waku picks the peer for any pubsub topic (as it does a peer whose metadata it has
+      // not got) and the peer itself answers a subscription on a shard it does not serve.
+      if (value !== undefined) throw new UsageError(`${arg} takes no value`);
+      opts.forgetPeerShards = true;
+      continue;
+    }
     if (arg === "--forward" || arg === "--backward") {
       if (value !== undefined) throw new UsageError(`${arg} takes no value`);
       opts.forward = arg === "--forward";
