@@ -134,6 +134,9 @@ class _OneLine(logging.Filter):
             # a peer that reset or closed its connection, or left (py-libp2p logs some of these at
             # ERROR, a redial of the gone peer's websocket address with a traceback): ordinary
             return _demoted(record)
+        if record.name.startswith("libp2p") and record.levelno == logging.WARNING and _is_disconnect(record):
+            # the same at WARNING (a connection closed inside a frame: the peer went away): INFO
+            record.levelno, record.levelname = logging.INFO, "INFO"
         if record.name.startswith("libp2p") and "\n" in str(record.msg):
             lines = [ln.strip() for ln in record.getMessage().splitlines() if ln.strip()]
             record.msg, record.args = " ".join(lines[:2]), None

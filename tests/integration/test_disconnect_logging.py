@@ -2,7 +2,7 @@
 logs some at ERROR, with tracebacks (a stream to a peer that reset its connection and left
 redials its websocket address: `Failed to connect to ws://...` and the whole chain); with the
 bridge's log set-up (ingest/host.quiet_network_errors) they are one DEBUG line, and other
-errors stay errors."""
+errors stay errors; a disconnect py-libp2p logs at WARNING is INFO."""
 from __future__ import annotations
 
 import logging
@@ -130,7 +130,8 @@ def test_a_peer_that_resets_and_leaves_logs_no_error(capture):
 
 
 def test_other_libp2p_errors_stay_errors(capture):
-    """Only disconnects are demoted: a py-libp2p error that is not one keeps its level."""
+    """Only disconnects are demoted (ERROR ones to DEBUG, WARNING ones to INFO): a py-libp2p
+    error or warning that is not one keeps its level."""
     lg = logging.getLogger("libp2p.identity.identify.identify")
     lg.error("Failed to parse identify response: %s (length=%d, hex=%s)", "bad field", 3, "0a0b0c")
     try:
@@ -141,5 +142,11 @@ def test_other_libp2p_errors_stay_errors(capture):
     logging.getLogger("libp2p.stream_muxer.yamux.yamux").error(
         "Error in handle_incoming for peer X: IOException: [Errno 32] Broken pipe")
     logging.getLogger("libp2p.transport.websocket.connection").error("WebSocket read error: EOF while reading")
-    kept = [(r.levelname, r.getMessage()) for r in capture.records]
-    assert kept == [("ERROR", "Failed to parse identify response: bad field (length=3, hex=0a0b0c)")], kept
+    logging.getLogger("libp2p.stream_muxer.yamux.yamux").warning(
+        "Yamux connection closed unexpectedly for peer X: Connection closed during read operation: expected 1137 "
+        "bytes but received 425 bytes. Transport: unknown.")
+    logging.getLogger("libp2p.stream_muxer.mplex.mplex").warning("Received message for non-existent stream: 1")
+    kept = [(r.levelname, r.getMessage()[:40]) for r in capture.records]
+    assert kept == [("ERROR", "Failed to parse identify response: bad f"),
+                    ("INFO", "Yamux connection closed unexpectedly for"),  # a peer gone mid-frame: INFO
+                    ("WARNING", "Received message for non-existent stream")], kept
