@@ -101,7 +101,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="how long go-waku publishes")
     parser.add_argument("--payload-bytes", type=int, default=1024)
-    parser.add_argument("--no-jobs", action="store_true", help="Kafka and the bridge only (no Spark jobs, no store figures)")
+    parser.add_argument("--no-jobs", action="store_true",
+                        help="Kafka and the bridge only (no Spark jobs, no store figures)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     args = parser.parse_args()
     if not GO_BIN.exists():
