@@ -27,7 +27,7 @@ from typing import Any
 # kafka-python is imported whole, here, in the main thread: imported for the first time from two
 # threads at once (the producer, the store tail, the pusher) it fails with "cannot import name
 # 'MemoryRecords' from partially initialized module 'kafka.record'" and the bridge exits.
-import kafka  # noqa: F401
+import kafka
 import kafka.errors  # noqa: F401
 import trio
 
@@ -178,7 +178,7 @@ class IngestProducer:
         """Records handed over and not yet acknowledged (or dropped)."""
         return len(self._unacked)
 
-    async def __aenter__(self) -> "IngestProducer":
+    async def __aenter__(self) -> IngestProducer:
         self._token = trio.lowlevel.current_trio_token()
         self._thread = threading.Thread(target=self._feed, name="kafka-feeder", daemon=True)
         self._thread.start()
@@ -377,7 +377,7 @@ class IngestProducer:
     def _feed(self) -> None:
         try:
             self._feed_loop()
-        except BaseException as exc:  # noqa: BLE001 - reported to the node, which stops
+        except BaseException as exc:
             log.error("kafka: the producer failed: %s: %s", type(exc).__name__, exc, exc_info=True)
             self.failed = exc
 

@@ -11,18 +11,30 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
 from google.protobuf.message import DecodeError
+from libp2p.abc import IHost, INetStream
+from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from core.kafka import TopicError, ensure_topics
 from core.records import decode_push, subscription_event
-from ingest.filter.codec import (FILTER_PUSH_CODEC, FILTER_SUBSCRIBE_CODEC, FILTER_V00_CODEC, MAX_REQUEST_BYTES, OK,
-                                 SERVICE_UNAVAILABLE, TOO_MANY_REQUESTS, push_v00, push_v2, subscribe_response)
+from ingest.filter.codec import (
+    FILTER_PUSH_CODEC,
+    FILTER_SUBSCRIBE_CODEC,
+    FILTER_V00_CODEC,
+    MAX_REQUEST_BYTES,
+    OK,
+    SERVICE_UNAVAILABLE,
+    TOO_MANY_REQUESTS,
+    push_v00,
+    push_v2,
+    subscribe_response,
+)
 from ingest.filter.protocol import FilterRequest, from_v00, from_v2, handle
 from ingest.filter.pusher import STAGES, Dedup, PeerPusher, PushConsumer, PushItem, PushStats
 from ingest.filter.settings import FilterSettings
@@ -71,7 +83,7 @@ def _create_topics(bootstrap_servers: str, client_options: Mapping[str, str], to
 
 
 class FilterService:
-    def __init__(self, host: Any, bridge_id: str, settings: FilterSettings, *, bootstrap_servers: str,
+    def __init__(self, host: IHost, bridge_id: str, settings: FilterSettings, *, bootstrap_servers: str,
                  client_options: Mapping[str, str] | None = None, registry: CollectorRegistry | None = None,
                  producer_linger_ms: int = 5) -> None:
         self.host = host
@@ -111,7 +123,9 @@ class FilterService:
         up a shutdown: the topics, the consumer and the producer wait for Kafka in abandonable
         threads; the producer is only opened once the consumer is positioned."""
         s = self.settings
-        await trio.to_thread.run_sync(_create_topics, self.bootstrap_servers, self.client_options,
+        # The type: ignores below: mypy reads trio through trio_typing's stale stubs (a libp2p
+        # dependency), which name abandon_on_cancel by its old name, cancellable.
+        await trio.to_thread.run_sync(_create_topics, self.bootstrap_servers, self.client_options,  # type: ignore[call-arg]
                                       {s.subscriptions_topic: s.subscriptions_partitions,
                                        self.push_topic: s.push_partitions}, abandon_on_cancel=True)
         self.consumer = PushConsumer(self.bootstrap_servers, self.push_topic, self.client_options,
@@ -119,7 +133,8 @@ class FilterService:
         self.consumer.start()
         try:
             # Until the consumer is positioned at the end of the push topic.
-            while not await trio.to_thread.run_sync(self.consumer.ready.wait, 1.0, abandon_on_cancel=True):
+            while not await trio.to_thread.run_sync(self.consumer.ready.wait, 1.0,  # type: ignore[call-arg]
+                                                    abandon_on_cancel=True):
                 pass
             producer_settings = ProducerSettings(
                 bootstrap_servers=self.bootstrap_servers, topic=s.subscriptions_topic, max_outstanding=10_000,
@@ -128,9 +143,9 @@ class FilterService:
             async with IngestProducer(producer_settings) as producer:
                 self.producer = producer
                 await self._announce_restart(producer)
-                self.host.set_stream_handler(FILTER_SUBSCRIBE_CODEC, self._on_subscribe)
+                self.host.set_stream_handler(TProtocol(FILTER_SUBSCRIBE_CODEC), self._on_subscribe)
                 if s.legacy_v00:
-                    self.host.set_stream_handler(FILTER_V00_CODEC, self._on_v00)
+                    self.host.set_stream_handler(TProtocol(FILTER_V00_CODEC), self._on_v00)
                 log.info("filter: serving %s%s; pushes from %s", FILTER_SUBSCRIBE_CODEC,
                          f" and {FILTER_V00_CODEC}" if s.legacy_v00 else "", self.push_topic)
                 async with trio.open_nursery() as nursery:
@@ -144,7 +159,7 @@ class FilterService:
 
     # -- requests: streams frame and decode, protocol.handle decides ---------------------------
 
-    async def _on_subscribe(self, stream: Any) -> None:
+    async def _on_subscribe(self, stream: INetStream) -> None:
         """filter-subscribe v2: one FilterSubscribeRequest per frame, answered with a
         FilterSubscribeResponse echoing request_id (a request without request_id is neither
         applied nor answered). The subscriber is the connection's peer id."""
@@ -167,7 +182,7 @@ class FilterService:
 
         await _each_frame(stream, on_frame, self.settings.stream_idle_timeout_s)
 
-    async def _on_v00(self, stream: Any) -> None:
+    async def _on_v00(self, stream: INetStream) -> None:
         """Legacy filter v00: FilterRPC{requestId, request} subscribes or unsubscribes; nothing is
         answered (a refusal is logged and counted)."""
         peer = stream.muxed_conn.peer_id.to_base58()
@@ -313,7 +328,7 @@ class FilterService:
         t0 = time.perf_counter()
         outcomes = self.push_stats.outcomes
         view, dedup, queues, started_at = self.view, self.dedup, self._queues, self.started_at
-        built: dict[tuple, bytes] = {}
+        built: dict[tuple[bytes, str] | tuple[bytes, str, str], bytes] = {}
         for value in values:
             rec = decode_push(value)
             if rec is None:
@@ -332,7 +347,7 @@ class FilterService:
                 continue
             if crit.protocol == "v00":
                 request_id = crit.request_id or rec.request_id
-                key = (rec.message_hash, "v00", request_id)
+                key: tuple[bytes, str] | tuple[bytes, str, str] = (rec.message_hash, "v00", request_id)
                 codec = FILTER_V00_CODEC
             else:
                 key = (rec.message_hash, rec.pubsub_topic)
@@ -375,7 +390,7 @@ class FilterService:
         return send
 
 
-async def _each_frame(stream: Any, on_frame: Any, idle_timeout_s: float) -> None:
+async def _each_frame(stream: INetStream, on_frame: Callable[[bytes], Awaitable[None]], idle_timeout_s: float) -> None:
     """Call `on_frame(data)` for each request frame until the peer closes the stream (or resets
     it, sends a frame we refuse, or sends nothing for idle_timeout_s); then close it."""
     frames = FrameReader(stream, MAX_REQUEST_BYTES, idle_timeout_s=idle_timeout_s)

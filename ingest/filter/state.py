@@ -27,7 +27,7 @@ class FilterLimits:
 class Change:
     """One subscription change of a peer: a SubscriptionEvent (core/records.py) produced to
     waku.subscriptions and applied to the view (SubscriptionView.apply) once recorded."""
-    op: int                          # pipeline_records SubscriptionOp
+    op: pr.SubscriptionOp
     pubsub_topic: str | None = ""
     content_topics: tuple[str, ...] = ()
     request_id: str = ""
