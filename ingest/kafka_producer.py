@@ -377,7 +377,7 @@ class IngestProducer:
     def _feed(self) -> None:
         try:
             self._feed_loop()
-        except BaseException as exc:
+        except BaseException as exc:  # reported to the node, which stops
             log.error("kafka: the producer failed: %s: %s", type(exc).__name__, exc, exc_info=True)
             self.failed = exc
 
