@@ -65,7 +65,7 @@ class Index:
         return (self.received_time, self.digest, MAX_HASH if forward else MIN_HASH)
 
     @classmethod
-    def at_time(cls, t: float) -> "Index":
+    def at_time(cls, t: float) -> Index:
         """The position just before every message received at `t` (a forward start, or a
         backward end exclusive of `t`)."""
         return cls(float(t), MIN_DIGEST)
@@ -78,7 +78,7 @@ class StoreLimits:
     max_content_topics: int = 100
 
     @classmethod
-    def from_config(cls, config: "Config") -> "StoreLimits":
+    def from_config(cls, config: Config) -> StoreLimits:
         s = config["store_service"]
         return cls(s["default_page_size"], s["max_page_size"], s["max_content_topics"])
 
@@ -95,7 +95,7 @@ class StoreQuery:
     time_start: int | None = None
     time_end: int | None = None
 
-    def with_cursor(self, cursor: Index | None) -> "StoreQuery":
+    def with_cursor(self, cursor: Index | None) -> StoreQuery:
         return replace(self, cursor=cursor)
 
 
@@ -123,7 +123,7 @@ class StoredMessage:
         return self.timestamp if self.timestamp else int(self.received_time * 1e9)
 
     @classmethod
-    def from_mapping(cls, row: Any) -> "StoredMessage":
+    def from_mapping(cls, row: Any) -> StoredMessage:
         get = row.get if isinstance(row, dict) else (lambda k: row[k])
         return cls(float(get("received_time")), bytes(get("digest")), get("pubsub_topic"), get("content_topic"),
                    bytes(get("payload") or b""), get("version"), get("timestamp"),

@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -44,7 +44,7 @@ def _setup_logging(verbose: bool) -> None:
         quiet_kafka_client_logs()
 
 
-async def _stop_on_signal(stop: "callable[[], None]") -> None:  # type: ignore[valid-type]
+async def _stop_on_signal(stop: Callable[[], None]) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             log.info("%s received: shutting down", signal.Signals(signum).name)
@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose)
     try:
         return args.func(args)
-    except BaseException as raised:  # noqa: BLE001 - mapped to one-line errors below
+    except BaseException as raised:  # mapped to one-line errors below
         exc = _single(raised)
         if isinstance(exc, (ConfigError, IdentityError, ListenError, BridgeError)):
             print(f"error: {exc}", file=sys.stderr)

@@ -25,21 +25,27 @@ class BridgeMetrics(RelayObserver):
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.received = Counter("waku_bridge_received", "Relay messages received on joined topics (duplicates included)", registry=r)
-        self.duplicates = Counter("waku_bridge_duplicates", "Relay messages already seen (not produced again)", registry=r)
+        self.received = Counter("waku_bridge_received",
+                                "Relay messages received on joined topics (duplicates included)", registry=r)
+        self.duplicates = Counter("waku_bridge_duplicates", "Relay messages already seen (not produced again)",
+                                  registry=r)
         self.accepted = Counter("waku_bridge_accepted", "Relay messages that passed validation", registry=r)
         self.rejected = Counter("waku_bridge_rejected", "Relay messages rejected, by reason", ["reason"], registry=r)
         self.produced = Counter("waku_bridge_produced", "Ingest records acknowledged by Kafka (acks=all)", registry=r)
         self.dropped = Counter("waku_bridge_dropped", "Messages dropped, by reason", ["reason"], registry=r)
-        self.outstanding = Gauge("waku_bridge_kafka_outstanding", "Records handed to the producer, not yet acknowledged", registry=r)
+        self.outstanding = Gauge("waku_bridge_kafka_outstanding",
+                                 "Records handed to the producer, not yet acknowledged", registry=r)
         self.peers = Gauge("waku_bridge_relay_peers", "Peers with a relay stream", registry=r)
         self.streams_open = Gauge("waku_bridge_streams_open", "Inbound streams whose handler runs", registry=r)
-        self.streams_refused = Counter("waku_bridge_streams_refused", "Inbound streams reset over a cap, by protocol and cap (peer, total)",
+        self.streams_refused = Counter("waku_bridge_streams_refused",
+                                       "Inbound streams reset over a cap, by protocol and cap (peer, total)",
                                        ["protocol", "scope"], registry=r)
-        self.stream_failures = Counter("waku_bridge_stream_failures", "Inbound streams whose handler ended in an error, by protocol "
+        self.stream_failures = Counter("waku_bridge_stream_failures",
+                                       "Inbound streams whose handler ended in an error, by protocol "
                                        "and kind (network: the peer reset or left; handler: a bug)",
                                        ["protocol", "kind"], registry=r)
-        self.ack_latency = Histogram("waku_bridge_ack_latency_seconds", "From a message's arrival to Kafka's acknowledgement",
+        self.ack_latency = Histogram("waku_bridge_ack_latency_seconds",
+                                     "From a message's arrival to Kafka's acknowledgement",
                                      buckets=LATENCY_BUCKETS, registry=r)
         for reason in Reject:
             self.rejected.labels(reason.value)

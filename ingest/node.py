@@ -131,7 +131,8 @@ class Bridge:
             try:
                 self._metrics_server, self.metrics_port = self.metrics.serve(s.metrics_host, s.metrics_port)
             except OSError as exc:
-                raise ListenError(f"cannot serve metrics on {s.metrics_host}:{s.metrics_port}: {exc.strerror}") from None
+                where = f"{s.metrics_host}:{s.metrics_port}"
+                raise ListenError(f"cannot serve metrics on {where}: {exc.strerror}") from None
         try:
             async with IngestProducer(producer_settings, self.metrics.producer_stats()) as producer:
                 self.producer = producer
@@ -176,8 +177,10 @@ class Bridge:
                 nursery.start_soon(self._update_gauges)
                 fs = self.settings.filter
                 if fs is not None:  # serves once its Kafka consumer is positioned (filter.ready)
-                    self.filter = FilterService(host, self.bridge_id, fs, bootstrap_servers=self.settings.bootstrap_servers,
-                                                client_options=self.settings.client_options, registry=self.metrics.registry)
+                    self.filter = FilterService(host, self.bridge_id, fs,
+                                                bootstrap_servers=self.settings.bootstrap_servers,
+                                                client_options=self.settings.client_options,
+                                                registry=self.metrics.registry)
                     nursery.start_soon(self.filter.run)
                 task_status.started(self)
                 await self._stop.wait()

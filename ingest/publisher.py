@@ -20,8 +20,9 @@ from libp2p.peer.peerinfo import PeerInfo
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.tools.anyio_service import background_trio_service
 
+from core.message import Limits
 from ingest.host import build_host, dial, listen_addrs
-from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC, RELAY_CODECS, Limits, relay_message_id
+from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC, RELAY_CODECS, relay_message_id
 from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
 from ingest.settings import parse_peer
@@ -57,7 +58,7 @@ class Publisher:
         self.received += 1
 
     @asynccontextmanager
-    async def running(self, pubsub_topics: Sequence[str] = (DEFAULT_PUBSUB_TOPIC,)) -> AsyncIterator["Publisher"]:
+    async def running(self, pubsub_topics: Sequence[str] = (DEFAULT_PUBSUB_TOPIC,)) -> AsyncIterator[Publisher]:
         async with self.host.run(self.listen_addrs), background_trio_service(self.pubsub), \
                 background_trio_service(self.router):
             await self.pubsub.wait_until_ready()

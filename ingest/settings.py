@@ -57,7 +57,7 @@ class BridgeSettings:
     filter: FilterSettings | None = None  # the filter service ([filter]); None: off
 
     @classmethod
-    def from_config(cls, config: Config) -> "BridgeSettings":
+    def from_config(cls, config: Config) -> BridgeSettings:
         b = config["bridge"]
         for key in ("tcp_port",):
             _port(f"bridge.{key}", b[key], allow_off=False)
@@ -148,7 +148,7 @@ class BridgeSettings:
         )
 
 
-def node_shards(settings: "BridgeSettings") -> NodeShards:
+def node_shards(settings: BridgeSettings) -> NodeShards:
     """What the metadata protocol announces: the cluster and the shards of the joined topics."""
     shards = tuple(sorted({s for t in settings.pubsub_topics if (cs := static_shard(t)) is not None
                            and cs[0] == settings.cluster_id for s in [cs[1]]}))

@@ -60,7 +60,7 @@ def mvn_copy(pom: Path, out: Path) -> None:
                      r"Could not transfer", log):
             raise SetupError("cannot download JVM jars from Maven Central (network unreachable?); "
                              f"retry when it is reachable ({pom.name})")
-        first = next((l for l in log.splitlines() if "ERROR" in l), log.strip()[-300:])
+        first = next((line for line in log.splitlines() if "ERROR" in line), log.strip()[-300:])
         first = ANSI.sub("", first)[:300]
         raise SetupError(f"Maven could not resolve {pom.name}: {first}")
 

@@ -27,8 +27,13 @@ from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 
-from ingest.filter.codec import (FILTER_PUSH_CODEC, FILTER_SUBSCRIBE_CODEC, FILTER_V00_CODEC, MAX_PUSH_BYTES,
-                                 MAX_REQUEST_BYTES)
+from ingest.filter.codec import (
+    FILTER_PUSH_CODEC,
+    FILTER_SUBSCRIBE_CODEC,
+    FILTER_V00_CODEC,
+    MAX_PUSH_BYTES,
+    MAX_REQUEST_BYTES,
+)
 from ingest.framing import frame, read_frame
 from ingest.host import build_host, dial, forget_closed, listen_addrs
 from ingest.settings import parse_peer
@@ -63,7 +68,7 @@ class FilterClient:
         self._send, self._recv = trio.open_memory_channel(push_buffer)
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator["FilterClient"]:
+    async def running(self) -> AsyncIterator[FilterClient]:
         self.host.set_stream_handler(FILTER_PUSH_CODEC, self._on_push)
         self.host.set_stream_handler(FILTER_V00_CODEC, self._on_v00_push)
         async with self.host.run(self.listen_addrs):
@@ -239,8 +244,8 @@ class FilterClient:
 
 def add_filter_command(sub: Any) -> None:
     """Register the `filter` subcommand on waku-bridge's subparsers."""
-    from core.topics import DEFAULT_PUBSUB_TOPIC
     from core.config import add_config_arguments
+    from core.topics import DEFAULT_PUBSUB_TOPIC
 
     p = sub.add_parser("filter", help="subscribe to a filter service node and print the pushes (JSON lines)")
     add_config_arguments(p)
@@ -273,8 +278,8 @@ def cmd_filter(args: Any) -> int:
     import json
     import signal
 
-    from core.topics import check_pubsub_topic
     from core.config import ConfigError, config_from_args
+    from core.topics import check_pubsub_topic
 
     config_from_args(args)  # validates --config / --set like the other subcommands
     why = check_pubsub_topic(args.pubsub_topic)

@@ -23,7 +23,8 @@ from schemas import pipeline_records_pb2 as pr
 
 Req = fv2.FilterSubscribeRequest
 
-PING, SUBSCRIBE, UNSUBSCRIBE, UNSUBSCRIBE_ALL, UNKNOWN = "ping", "subscribe", "unsubscribe", "unsubscribe_all", "unknown"
+PING, SUBSCRIBE, UNSUBSCRIBE = "ping", "subscribe", "unsubscribe"
+UNSUBSCRIBE_ALL, UNKNOWN = "unsubscribe_all", "unknown"
 V2_KINDS = {Req.SUBSCRIBER_PING: PING, Req.SUBSCRIBE: SUBSCRIBE, Req.UNSUBSCRIBE: UNSUBSCRIBE,
             Req.UNSUBSCRIBE_ALL: UNSUBSCRIBE_ALL}
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.topics import autoshard, shard_topic
-from ingest.lightpush.codec import (BAD_REQUEST, INVALID_MESSAGE, PAYLOAD_TOO_LARGE, UNSUPPORTED_PUBSUB_TOPIC)
+from ingest.lightpush.codec import BAD_REQUEST, INVALID_MESSAGE, PAYLOAD_TOO_LARGE, UNSUPPORTED_PUBSUB_TOPIC
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 import hashlib
 
-
 from core.message import MAX_MESSAGE_BYTES, MAX_META_BYTES, Limits, check_message  # noqa: F401
 from core.topics import DEFAULT_PUBSUB_TOPIC, check_pubsub_topic  # noqa: F401 - part of the relay API
 from schemas.waku_message_pb2 import WakuMessage
@@ -23,7 +22,7 @@ RELAY_CODECS = (RELAY_CODEC, RELAY_CODEC_BETA2)
 
 
 
-class Reject(str, enum.Enum):
+class Reject(enum.StrEnum):
     """Why a relay message was rejected; the values are the metrics' `reason` labels."""
 
     SIGNED = "signed"                            # signature or key present

@@ -508,7 +508,8 @@ class RelayPubsub(Pubsub):
                         await self.push_msg(peer_id, msg, received)
                 if rpc.subscriptions:
                     if len(rpc.subscriptions) > self.max_subscriptions_per_rpc:
-                        log.warning("relay: peer %s sent %d subscriptions, over the limit", peer_id, len(rpc.subscriptions))
+                        log.warning("relay: peer %s sent %d subscriptions, over the limit",
+                                    peer_id, len(rpc.subscriptions))
                     else:
                         for sub in rpc.subscriptions:
                             self.handle_subscription(peer_id, sub)
@@ -565,7 +566,7 @@ class RelayPubsub(Pubsub):
                         await pace.take()
                 if not await self.write_msg(stream, rpc):
                     return
-        except Exception:  # noqa: BLE001 - as 0.8.1: a failed sender marks the peer dead
+        except Exception:  # as 0.8.1: a failed sender marks the peer dead
             log.debug("relay: sending loop for %s ended with an error", peer_id, exc_info=True)
             self._handle_dead_peer(peer_id)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from core.message import Limits
+from ingest.relay.codec import Reject, check_no_sign, decode_waku_message
 from schemas.waku_message_pb2 import WakuMessage
-
-from ingest.relay.codec import Limits, Reject, check_no_sign, decode_waku_message
 
 
 class WakuMessageValidator:
@@ -28,7 +28,7 @@ class WakuMessageValidator:
             return None, reason
         return decode_waku_message(msg.data, self.limits)
 
-    def __call__(self, forwarder: Any, msg: Any) -> bool:  # noqa: ARG002 - py-libp2p signature
+    def __call__(self, forwarder: Any, msg: Any) -> bool:  # py-libp2p signature
         _, reason = self.check(msg)
         if reason is not None and self.on_reject is not None:
             self.on_reject(reason)

@@ -51,7 +51,8 @@ def _known(t: float) -> bool:
 
 
 async def export(fetch: Fetch, query: StoreQuery, start: float | None = None, end: float | None = None,
-                 limit: int | None = None, on_page: Callable[[int], None] | None = None) -> AsyncIterator[StoredMessage]:
+                 limit: int | None = None,
+                 on_page: Callable[[int], None] | None = None) -> AsyncIterator[StoredMessage]:
     """Every message of the query in the window [start, end), oldest first (forward) or newest
     first (backward), following cursors. Works when messages carry no receive time (a remote
     peer): the page crossing the window's far end is re-read one message at a time, each
@@ -109,7 +110,8 @@ def record(m: StoredMessage) -> dict[str, Any]:
     t = m.received_time
     return {
         "received_time": None if math.isnan(t) else t,
-        "received_at": None if math.isnan(t) else dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="microseconds"),
+        "received_at": (None if math.isnan(t)
+                        else dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="microseconds")),
         "pubsub_topic": m.pubsub_topic,
         "content_topic": m.content_topic,
         "digest": m.digest.hex(),

@@ -48,7 +48,7 @@ class StoreClient:
 
     @classmethod
     @asynccontextmanager
-    async def running(cls, timeout: float = 30.0, reuse_streams: bool = False) -> AsyncIterator["StoreClient"]:
+    async def running(cls, timeout: float = 30.0, reuse_streams: bool = False) -> AsyncIterator[StoreClient]:
         """A client on its own host (no listener)."""
         host = build_host(create_new_key_pair(), [])
         async with host.run([]):
@@ -94,7 +94,7 @@ class StoreClient:
     async def _send_reused(self, peer_id: ID, data: bytes) -> bytes | None:
         lock = self._locks.setdefault(peer_id, trio.Lock())
         async with lock:
-            for attempt in (1, 2):
+            for _attempt in (1, 2):
                 entry = self._streams.get(peer_id)
                 fresh = entry is None
                 try:
@@ -107,7 +107,7 @@ class StoreClient:
                 except trio.TooSlowError:
                     self._streams.pop(peer_id, None)
                     raise
-                except Exception:  # noqa: BLE001 - a stream the server closed: retry on a new one
+                except Exception:  # a stream the server closed: retry on a new one
                     self._streams.pop(peer_id, None)
                     if fresh:
                         raise

@@ -78,7 +78,7 @@ class ReaderSettings:
     preload_mb: int = 0
 
     @classmethod
-    def from_config(cls, config: Config) -> "ReaderSettings":
+    def from_config(cls, config: Config) -> ReaderSettings:
         s = config["store_service"]
         return cls(config.table_path("messages"), StoreLimits.from_config(config), s["max_scan_rows"],
                    s["refresh_interval_s"], s["cache_mb"], s["preload_mb"])
@@ -216,7 +216,7 @@ def _footer_stats(md: pq.FileMetaData) -> list[tuple[int, _Stats]]:
         rg = md.row_group(g)
         st = _Stats(rows=rg.num_rows)
 
-        def stats(col: str) -> Any:
+        def stats(col: str, rg: Any = rg) -> Any:  # this row group's (bound: a closure would see the last)
             i = names.get(col)
             return rg.column(i).statistics if i is not None else None
 
@@ -247,7 +247,8 @@ class _Group:
         self.table = table
         col = table["received_time"]
         # np.asarray per chunk (zero copy); ChunkedArray.to_numpy is ~10^4 times slower here.
-        self.rt = np.asarray(col.chunk(0)) if col.num_chunks == 1 else np.concatenate([np.asarray(c) for c in col.chunks])
+        self.rt = (np.asarray(col.chunk(0)) if col.num_chunks == 1
+                   else np.concatenate([np.asarray(c) for c in col.chunks]))
         self.ps_codes, self.ps_index = _codes(table["pubsub_topic"])
         self.ct_codes, self.ct_index = _codes(table["content_topic"])
         self.nbytes = table.nbytes + self.rt.nbytes + self.ps_codes.nbytes + self.ct_codes.nbytes
@@ -336,7 +337,7 @@ class _HashIndex:
             while len(segments) >= 2 and len(segments[-2][0]) <= 2 * len(segments[-1][0]):
                 a, b = segments[-2], segments[-1]
                 merged = np.argsort(np.concatenate((a[0], b[0])), kind="stable")
-                segments[-2:] = [tuple(np.concatenate((x, y))[merged] for x, y in zip(a, b))]
+                segments[-2:] = [tuple(np.concatenate((x, y))[merged] for x, y in zip(a, b, strict=True))]
             # The path's number is known to readers before its segment is, never after.
             self._numbers[path], self._paths[number] = number, path
             self._segments = segments
@@ -436,7 +437,7 @@ class StoreReader:
         page = reader.query(StoreQuery(content_topics=("/app/1/chat/proto",)))
     """
 
-    def __init__(self, settings: ReaderSettings, tail: "Tail | None" = None) -> None:
+    def __init__(self, settings: ReaderSettings, tail: Tail | None = None) -> None:
         self.settings = settings
         # Messages in Kafka not yet in Delta (ingest/store/tail.py), merged into every page.
         self.tail = tail
@@ -696,7 +697,7 @@ class StoreReader:
             f.row_groups = rgs
         return f.row_groups
 
-    def _read(self, path: str, group: int, cached_only: bool = False) -> "_Group":
+    def _read(self, path: str, group: int, cached_only: bool = False) -> _Group:
         key = (path, group)
         g = self._cache.get(key)
         if g is None:
@@ -709,7 +710,7 @@ class StoreReader:
             self._cache.put(key, g)
         return g
 
-    def _matching(self, g: "_Group", query: StoreQuery, n: int) -> list[StoredMessage]:
+    def _matching(self, g: _Group, query: StoreQuery, n: int) -> list[StoredMessage]:
         """The (at most) n matching rows of the group nearest to the cursor."""
         mask = None
         if query.pubsub_topic:

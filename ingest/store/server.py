@@ -68,7 +68,7 @@ class StoreServiceSettings:
     tail: TailSettings | None = None
 
     @classmethod
-    def from_config(cls, config: Config) -> "StoreServiceSettings":
+    def from_config(cls, config: Config) -> StoreServiceSettings:
         s = config["store_service"]
         if s["preload_mb"] < 0:
             raise ConfigError(f"store_service.preload_mb: expected 0 or more, got {s['preload_mb']}")
@@ -146,7 +146,7 @@ class StoreServer:
         self.follower: TailFollower | None = None  # the fresh tail's Kafka consumer (start())
 
     @classmethod
-    def start(cls, host: Any, settings: StoreServiceSettings, registry: CollectorRegistry | None = None) -> "StoreServer":
+    def start(cls, host: Any, settings: StoreServiceSettings, registry: CollectorRegistry | None = None) -> StoreServer:
         """Open an online reader on settings.reader (following new table versions), with the
         fresh tail when settings.tail is set (its Kafka consumer thread starts here), and mount
         the protocols on `host`; close() stops following."""
@@ -234,7 +234,7 @@ class StoreServer:
         if query is not None:
             try:
                 page = await self._query(query)
-            except Exception:  # noqa: BLE001 - answer empty, count, keep serving
+            except Exception:  # answer empty, count, keep serving
                 log.exception("store: query %r failed", rpc.request_id)
                 reason = "error"
         if reason is not None:
@@ -260,7 +260,7 @@ class StoreServer:
         else:
             try:
                 code, detail, messages, cursor = await self._run_v3(plan3)
-            except Exception:  # noqa: BLE001 - answer 500, count, keep serving
+            except Exception:  # answer 500, count, keep serving
                 log.exception("store: v3 query %r failed", req.request_id)
                 self.metrics.rejected.labels("error").inc()
                 code, detail, messages, cursor = codec_v3.INTERNAL_ERROR, "the query failed", [], None

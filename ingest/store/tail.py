@@ -87,7 +87,7 @@ class TailSettings:
     ready_wait_s: float = 5.0
 
     @classmethod
-    def from_config(cls, config: Config) -> "TailSettings":
+    def from_config(cls, config: Config) -> TailSettings:
         s = config["store_service"]
         if s["tail_max_messages"] < 1:
             raise ConfigError(f"store_service.tail_max_messages: expected at least 1, got {s['tail_max_messages']}")
@@ -494,7 +494,7 @@ class TailFollower:
                 self._kafka_error(exc.args[0])
                 self.failed = exc
                 self._stop.wait(2.0)
-            except Exception as exc:  # noqa: BLE001 - logged, then started again (from its start position)
+            except Exception as exc:  # logged, then started again (from its start position)
                 log.error("store tail consumer failed, restarting in 2 s: %s: %s", type(exc).__name__, exc,
                           exc_info=True)
                 self.failed = exc

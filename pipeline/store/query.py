@@ -9,11 +9,20 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from core.store_page import PAGE_COLUMNS, Page, StoredMessage, StoreLimits, StoreQuery, check_query, finish_page, page_size_of
+from core.store_page import (
+    PAGE_COLUMNS,
+    Page,
+    StoredMessage,
+    StoreLimits,
+    StoreQuery,
+    check_query,
+    finish_page,
+    page_size_of,
+)
 
 
-def history_page_df(messages: "DataFrame", query: StoreQuery, limits: StoreLimits = StoreLimits(),
-                    oldest_first: bool = True) -> "DataFrame":
+def history_page_df(messages: DataFrame, query: StoreQuery, limits: StoreLimits = StoreLimits(),
+                    oldest_first: bool = True) -> DataFrame:
     """The page as a DataFrame (rows of `messages`, oldest first), for Spark users:
 
         df = spark.read.format("delta").load(config.table_path("messages"))
@@ -58,7 +67,7 @@ def history_page_df(messages: "DataFrame", query: StoreQuery, limits: StoreLimit
     return df.orderBy(*order) if oldest_first else df
 
 
-def history_page(spark: "SparkSession", table_path: str, query: StoreQuery,
+def history_page(spark: SparkSession, table_path: str, query: StoreQuery,
                  limits: StoreLimits = StoreLimits()) -> Page:
     """One page as a Page (collected), through Spark."""
     df = spark.read.format("delta").load(table_path)
