@@ -132,8 +132,9 @@ def test_relay_messages_reach_kafka_exactly_once(config, kafka, kafka_topic, tmp
                     rpc_pb2.Message(data=b"\xff\xff\xff\xff", topicIDs=[DEFAULT_PUBSUB_TOPIC]),
                     rpc_pb2.Message(data=WakuMessage(payload=b"no topic").SerializeToString(),
                                     topicIDs=[DEFAULT_PUBSUB_TOPIC]),
-                    rpc_pb2.Message(data=WakuMessage(payload=b"m", content_topic=CT, meta=b"x" * 65).SerializeToString(),
-                                    topicIDs=[DEFAULT_PUBSUB_TOPIC]),
+                    rpc_pb2.Message(
+                        data=WakuMessage(payload=b"m", content_topic=CT, meta=b"x" * 65).SerializeToString(),
+                        topicIDs=[DEFAULT_PUBSUB_TOPIC]),
                 ):
                     await pub_b.publish_unchecked(bad)
                 for i in range(n_a):
@@ -146,7 +147,7 @@ def test_relay_messages_reach_kafka_exactly_once(config, kafka, kafka_topic, tmp
                     await pub_b.publish(m)
                     sent[ingest_key(DEFAULT_PUBSUB_TOPIC, m)] = (DEFAULT_PUBSUB_TOPIC, m)
                 # Duplicates: B sends A's messages again; the bridge must not produce them twice.
-                for key, (topic, m) in list(sent.items())[:20]:
+                for topic, m in list(sent.values())[:20]:
                     if topic == DEFAULT_PUBSUB_TOPIC:
                         await pub_b.publish_unchecked(rpc_pb2.Message(data=m.SerializeToString(), topicIDs=[topic]))
                 await wait_for(lambda: metrics.value("waku_bridge_produced_total") >= n_a + n_b)
@@ -210,6 +211,7 @@ def test_noise_only_and_malformed_frames_do_not_stop_the_bridge(config, kafka, k
     counted (malformed_rpc) and cut off, and the bridge keeps relaying for everyone else."""
     from libp2p import new_host
     from libp2p.custom_types import TProtocol
+    from libp2p.network.exceptions import SwarmException
     from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
     from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
     from libp2p.utils import encode_varint_prefixed
@@ -234,7 +236,7 @@ def test_noise_only_and_malformed_frames_do_not_stop_the_bridge(config, kafka, k
             plain = new_host(key_pair=kp, sec_opt={TProtocol(PLAINTEXT_PROTOCOL_ID): InsecureTransport(kp)},
                              listen_addrs=la)
             async with plain.run(la):
-                with pytest.raises(Exception):
+                with pytest.raises((SwarmException, trio.TooSlowError)):  # refused, or never answered
                     with trio.fail_after(10):
                         await plain.connect(parse_peer(addr))
 

@@ -163,11 +163,11 @@ def test_close_flushes_everything(kafka):
 def test_relay_backpressure_while_kafka_is_down_loses_nothing(kafka, tmp_path):
     """With Kafka unreachable and a bound of 20 records, the bridge stops reading the relay
     (the publisher's messages wait in flow control) and, once Kafka is back, produces all."""
+    from core.config import load_config
     from ingest.metrics import BridgeMetrics
     from ingest.node import Bridge
     from ingest.publisher import Publisher
     from ingest.settings import BridgeSettings
-    from core.config import load_config
     from schemas.waku_message_pb2 import WakuMessage
 
     topic = f"test.bridge.bp.{uuid.uuid4().hex[:8]}"

@@ -114,7 +114,8 @@ def test_port_taken_is_one_line(tmp_path):
         r = run_cli("run", "--set", f"bridge.key_file={tmp_path / 'k'}", "--set", "bridge.listen_host=127.0.0.1",
                     "--set", f"bridge.tcp_port={port}", "--set", "bridge.ws_port=-1", "--set", "bridge.metrics_port=-1")
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines()[-1] == f"error: cannot listen on /ip4/127.0.0.1/tcp/{port}: address already in use"
+    last = r.stderr.strip().splitlines()[-1]
+    assert last == f"error: cannot listen on /ip4/127.0.0.1/tcp/{port}: address already in use"
 
 
 def test_unreadable_key_file_is_one_line(tmp_path):

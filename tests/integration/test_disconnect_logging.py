@@ -124,7 +124,7 @@ def test_a_peer_that_resets_and_leaves_logs_no_error(capture):
 
     trio.run(main)
     assert out["echo"] == b"hello" and len(out.get("failures", [])) == 3, out
-    errors = [t for r, t in zip(capture.records, capture.texts) if r.levelno >= logging.ERROR]
+    errors = [t for r, t in zip(capture.records, capture.texts, strict=True) if r.levelno >= logging.ERROR]
     assert errors == [], errors
     assert not any("Traceback" in t for t in capture.texts)
 

@@ -150,9 +150,11 @@ def env(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[dict]:
         await nursery.start(keep_publisher)
 
     net.start(setup)
-    subs_job = SubscriptionsJob(spark, SubscriptionsJobSettings.from_config(cfg_a), query_name=f"filter_test_subs_{tag}")
+    subs_job = SubscriptionsJob(spark, SubscriptionsJobSettings.from_config(cfg_a),
+                                query_name=f"filter_test_subs_{tag}")
     subs_job.start()
-    filter_query = start_filter_query(spark, FilterJobSettings.from_config(cfg_a), query_name=f"filter_test_filter_{tag}")
+    filter_query = start_filter_query(spark, FilterJobSettings.from_config(cfg_a),
+                                      query_name=f"filter_test_filter_{tag}")
     # "latest" offsets are fixed at the first batch: wait for it before publishing.
     wait_until(lambda: filter_query.lastProgress is not None, 120, "the filter query's first batch")
     try:

@@ -118,7 +118,7 @@ def test_libp2p_matches_oracle_and_survives_hostile_queries(table):
             page = await fetch_all(StoreQuery(page_size=100))
             oldest = sorted(rows, key=lambda r: (r["received_time"], r["digest"]))[:100]
             assert len(page.waku_messages) == len(oldest)
-            for w, r in zip(page.waku_messages, oldest):
+            for w, r in zip(page.waku_messages, oldest, strict=True):
                 assert (w.content_topic, w.payload, w.version) == (r["content_topic"], r["payload"], r["version"])
                 assert (w.timestamp if w.HasField("timestamp") else None) == r["timestamp"]
                 assert (w.meta if w.HasField("meta") else None) == r["meta"]
@@ -129,9 +129,12 @@ def test_libp2p_matches_oracle_and_survives_hostile_queries(table):
             hostile = {
                 "topics": pb.HistoryQuery(contentFilters=[pb.ContentFilter(contentTopic=f"/app/1/t{i}/proto")
                                                           for i in range(10_000)]),
-                "digest": pb.HistoryQuery(pagingInfo=pb.PagingInfo(cursor=pb.Index(digest=b"\x01" * 31, receivedTime=BASE_T))),
-                "nan": pb.HistoryQuery(pagingInfo=pb.PagingInfo(cursor=pb.Index(digest=MIN_DIGEST, receivedTime=math.nan))),
-                "inf": pb.HistoryQuery(pagingInfo=pb.PagingInfo(cursor=pb.Index(digest=MIN_DIGEST, receivedTime=math.inf))),
+                "digest": pb.HistoryQuery(pagingInfo=pb.PagingInfo(
+                    cursor=pb.Index(digest=b"\x01" * 31, receivedTime=BASE_T))),
+                "nan": pb.HistoryQuery(pagingInfo=pb.PagingInfo(
+                    cursor=pb.Index(digest=MIN_DIGEST, receivedTime=math.nan))),
+                "inf": pb.HistoryQuery(pagingInfo=pb.PagingInfo(
+                    cursor=pb.Index(digest=MIN_DIGEST, receivedTime=math.inf))),
                 "size": pb.HistoryQuery(pagingInfo=pb.PagingInfo(pageSize=2**64 - 1)),
             }
             for rid, q in hostile.items():
@@ -169,7 +172,7 @@ def test_libp2p_matches_oracle_and_survives_hostile_queries(table):
     assert len(served["size"].messages) == min(100, len(rows))  # 2^64-1 is the maximum, 100
     for (pubsub, contents, forward, size, cursor), pages in results:
         it = iter(pages)
-        check_paging(lambda q: next(it), rows, pubsub, contents, forward, size, cursor, key=digests)
+        check_paging(lambda q, it=it: next(it), rows, pubsub, contents, forward, size, cursor, key=digests)
     v = metrics.value
     assert v("waku_store_rejected_total", reason="too_many_content_topics") == 1
     assert v("waku_store_rejected_total", reason="bad_cursor_time") == 2  # the two NaN cursors
@@ -183,7 +186,7 @@ def test_store_v3_pages_like_the_reference_clients(table):
     """/vac/waku/store-query/3.0.0 over libp2p: paging as js-waku does it (the next cursor is the
     hash of the last (forward) / first (backward) message, stop at the first empty page) gives
     every matching message once in store order; hash lookups; the reference nodes' 400s."""
-    from core.store_page import page_from_rows, StoredMessage
+    from core.store_page import StoredMessage, page_from_rows
     from ingest.store import codec_v3
 
     path, rows = table
@@ -254,10 +257,10 @@ def test_store_v3_pages_like_the_reference_clients(table):
 
 
 def test_bridge_serves_store(tmp_path, kafka, config):
+    from core.config import load_config
     from ingest.metrics import BridgeMetrics
     from ingest.node import Bridge
     from ingest.settings import BridgeSettings
-    from core.config import load_config
 
     warehouse = tmp_path / "warehouse"
     rows = [make_row(BASE_T + i, PUBSUB[0], CONTENT[i % 2], b"m%d" % i, i) for i in range(30)]
@@ -277,7 +280,8 @@ def test_bridge_serves_store(tmp_path, kafka, config):
             try:
                 async with StoreClient.running(timeout=10) as client:
                     peer = await client.connect(str(bridge.addrs[0]))
-                    page = await client.query(peer, StoreQuery(content_topics=(CONTENT[1],), forward=False, page_size=5))
+                    page = await client.query(peer, StoreQuery(content_topics=(CONTENT[1],), forward=False,
+                                                               page_size=5))
                     assert [m.payload for m in page.messages] == [b"m%d" % i for i in (21, 23, 25, 27, 29)]
                     # New table versions are followed.
                     write_table(str(warehouse / "messages"),

@@ -13,13 +13,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import trio
 
 from core.config import REPO_ROOT, Config, load_config
-from core.settings import KafkaSettings
 from core.topics import autoshard
 from ingest.publisher import Publisher
 from schemas.waku_message_pb2 import WakuMessage

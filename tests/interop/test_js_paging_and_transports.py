@@ -15,9 +15,9 @@ import uuid
 import pytest
 
 from core.kafka import ensure_topics
+from tests.conftest import free_port
 from tests.integration.test_filter_service import wait_until
 from tests.integration.test_metadata import self_signed
-from tests.conftest import free_port
 from tests.interop.conftest import CLUSTER, SHARDS, Interop, js_client
 from tests.interop.test_js_waku import common, hx, topic
 from tools.processes import start_bridge

@@ -48,7 +48,8 @@ def test_js_filter_receives_what_others_relay(interop: Interop):
     peer = next(e for e in client.events if e.get("event") == "connected")["local_peer_id"]
     subs = interop.cfg.path("warehouse.root") + "/subscriptions"
     wait_until(lambda: interop.spark.read.format("delta").load(subs)
-               .where(f"peer_id = '{peer}' AND content_topic = '{ct}'").count() == 1, 60, "the js subscription in Delta")
+               .where(f"peer_id = '{peer}' AND content_topic = '{ct}'").count() == 1,
+               60, "the js subscription in Delta")
     sent = interop.publish(20, "jsf", rate=5, content_topic=ct)
     wait_until(lambda: len(client.of("push")) >= 20, 60, "20 pushes at js-waku")
     summary = client.finish()

@@ -146,7 +146,8 @@ def test_handle_is_pure_and_events_drive_the_view():
 def test_v00_and_v2_share_one_core():
     v = view()
     shapes = [
-        [f00.FilterRequest.ContentFilter(contentTopics=["a"]), f00.FilterRequest.ContentFilter(contentTopics=["b", "a"])],
+        [f00.FilterRequest.ContentFilter(contentTopics=["a"]),
+         f00.FilterRequest.ContentFilter(contentTopics=["b", "a"])],
         [f00.FilterRequest.ContentFilter(contentTopics=["a", "b"])],
     ]
     for filters in shapes:

@@ -45,7 +45,8 @@ def test_malformed_requests_keep_their_reason_and_limits_come_after():
 def test_v00_subscribe_on_an_unrelayed_topic_is_refused():
     v = SubscriptionView(FilterLimits())
     rpc = f00.FilterRPC(requestId="x", request=f00.FilterRequest(
-        subscribe=True, topic="/waku/2/rs/1/9", contentFilters=[f00.FilterRequest.ContentFilter(contentTopics=["/a/1/b/c"])]))
+        subscribe=True, topic="/waku/2/rs/1/9",
+        contentFilters=[f00.FilterRequest.ContentFilter(contentTopics=["/a/1/b/c"])]))
     assert protocol.handle("p", protocol.from_v00(rpc, "/waku/2/rs/1/0"), v, RELAYED).code == 400
     rpc.request.topic = ""  # no topic: the bridge's default, which it relays
     assert protocol.handle("p", protocol.from_v00(rpc, "/waku/2/rs/1/0"), v, RELAYED).code == 200

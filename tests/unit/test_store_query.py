@@ -73,7 +73,7 @@ def check_paging(fetch, rows, pubsub, contents, forward, page_size, cursor, key=
     query = StoreQuery(pubsub, contents, None if cursor is None else Index(*cursor), forward, page_size)
     got = list(history_pages(fetch, query, max_pages=len(expected) + 2))
     assert len(got) == len(expected)
-    for page, (want, want_cursor) in zip(got, expected):
+    for page, (want, want_cursor) in zip(got, expected, strict=True):
         assert key(page.messages) == key_of_oracle(want, key)
         assert (None if page.cursor is None else (page.cursor.received_time, page.cursor.digest)) == want_cursor
 
@@ -164,7 +164,8 @@ def reader_for(path: str, **kw) -> StoreReader:
     return r
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from((0, 1, 5, 40, 130, 260)))
 def test_reader_pages_match_oracle(tmp_path, seed, n):
     rnd = random.Random(seed)

@@ -18,9 +18,7 @@ from core.validation import Limits
 from ingest.store.reader import MESSAGES_ARROW_SCHEMA, ReaderSettings, StoreReader, write_messages
 from ingest.store.tail import Tail, stored_form
 from tests.unit.test_store_query import (
-    CONTENT,
     PAGE_SIZES,
-    PUBSUB,
     check_paging,
     random_cursor,
     random_filters,
