@@ -11,11 +11,13 @@ Streams. A push stream per message costs a multistream-select round trip and ~3 
 reused stream costs one write. Clients differ: nwaku's and js-waku's read every push of a stream
 until it ends; go-waku's reads one push and closes, and a write racing its close is lost. So a
 ``PeerPusher`` keeps its first v2 push stream open as a probe and writes further pushes on it
-only once the peer demonstrably kept it open for ``push_reuse_after_s``; until then, and for
-good once the peer closes a push stream (go-waku), every push gets its own stream. A reader on
-the kept stream notices the peer's close or reset; the pushes written on it in the last
-``push_unconfirmed_s`` (all of them on a reset, all but the stream's first on a close: a client
-that closes has read one) are sent again on new streams, as is a push whose write fails. A
+at once; once the peer closes (or resets) a push stream (go-waku), every push gets its own
+stream for good. A reader on the kept stream notices the peer's close or reset; the pushes
+written on it that are not confirmed yet are sent again on new streams (all of them on a reset,
+all but the stream's first on a close: a client that closes has read one), as is a push whose
+write fails. A write is confirmed ``push_unconfirmed_s`` after it was made or after the stream's
+first ``push_reuse_after_s``, whichever is later (a slow peer's close of the probe still finds
+everything written on it meanwhile). A
 per-message stream is confirmed the same way: the bridge closes its side and waits (without
 holding a slot) for the peer's close; a reset means the push was not read (go-waku resets when
 its rate limiter refuses), and it is sent again.
@@ -184,16 +186,25 @@ class PushItem:
 
 
 class _Kept:
-    """A push stream the bridge keeps open; `written`: (time, item, first on the stream) of the
-    writes not older than push_unconfirmed_s (sent again if the peer ends the stream)."""
-    __slots__ = ("stream", "since", "alive", "ended", "written")
+    """A push stream the bridge keeps open; `written`: (time it counts as read, item, first on
+    the stream) of the writes not confirmed yet (sent again if the peer ends the stream)."""
+    __slots__ = ("stream", "since", "probation_end", "unconfirmed_s", "alive", "ended", "written")
 
-    def __init__(self, stream: Any, since: float, item: PushItem) -> None:
+    def __init__(self, stream: Any, since: float, item: PushItem, probation_s: float, unconfirmed_s: float) -> None:
         self.stream = stream
         self.since = since
+        self.probation_end = since + probation_s
+        self.unconfirmed_s = unconfirmed_s
         self.alive = True
         self.ended = trio.Event()
-        self.written: collections.deque[tuple[float, PushItem, bool]] = collections.deque([(since, item, True)])
+        self.written: collections.deque[tuple[float, PushItem, bool]] = collections.deque()
+        self.wrote(since, item, True)
+
+    def wrote(self, now: float, item: PushItem, first: bool) -> None:
+        written = self.written
+        written.append((max(now, self.probation_end) + self.unconfirmed_s, item, first))
+        while written[0][0] <= now:
+            written.popleft()
 
 
 class PeerPusher:
@@ -260,16 +271,10 @@ class PeerPusher:
                 await self._push_new(item, keep=True)
                 return
             if k.alive:
-                # Hold further pushes until the peer has kept the probe open long enough (or
-                # closed it: then they get streams of their own), rather than opening a stream
-                # for each meanwhile (~3 ms of CPU each).
-                wait = k.since + self.s.push_reuse_after_s - trio.current_time()
-                if wait > 0:
-                    with trio.move_on_after(wait):
-                        await k.ended.wait()
-                if k.alive and not self.closes_streams:
-                    await self._write_kept(k, item)  # not paced: the peer reads as fast as we write
-                    return
+                # At once, even on the probe: a peer that reads one push and closes (go-waku)
+                # gets what it did not read again on streams of their own once its close arrives.
+                await self._write_kept(k, item)  # not paced: the peer reads as fast as we write
+                return
         await self.bucket.take()
         await self.slots.acquire()
         assert self._nursery is not None
@@ -293,12 +298,12 @@ class PeerPusher:
             self._again(item)
             return
         stats.stages["write"] += time.perf_counter() - t0
-        now = trio.current_time()
-        written = k.written
-        written.append((now, item, False))
-        cutoff = now - self.s.push_unconfirmed_s
-        while written[0][0] < cutoff:
-            written.popleft()
+        if not k.alive:
+            # The peer ended the stream while this write was under way: as the unconfirmed ones.
+            stats.outcomes["resent"] += 1
+            self._again(item, lost=False)
+            return
+        k.wrote(trio.current_time(), item, False)
         stats.outcomes["pushed"] += 1
         stats.outcomes["reused"] += 1
         if self.failing:
@@ -335,7 +340,7 @@ class PeerPusher:
             return
         self.slots.release()
         if keep:
-            k = _Kept(stream, trio.current_time(), item)
+            k = _Kept(stream, trio.current_time(), item, self.s.push_reuse_after_s, self.s.push_unconfirmed_s)
             self.kept = k
             assert self._nursery is not None
             self._nursery.start_soon(self._watch, k)
@@ -362,8 +367,8 @@ class PeerPusher:
 
     def _ended(self, k: _Kept, how: str) -> None:
         """The kept stream ended (peer's close: "eof"; reset or failed write: "reset"): pushes
-        written on it within push_unconfirmed_s are sent again, except the stream's first after
-        a close (a client closes once it read)."""
+        written on it and not confirmed yet are sent again, except the stream's first after a
+        close (a client closes once it read)."""
         if not k.alive:
             return
         k.alive = False
@@ -372,9 +377,9 @@ class PeerPusher:
             self.kept = None
         if self.connected():
             self.closes_streams = True  # the peer ends push streams: one per push from now on
-        cutoff = trio.current_time() - self.s.push_unconfirmed_s
-        for t, item, first in k.written:
-            if t >= cutoff and (how == "reset" or not first):
+        now = trio.current_time()
+        for confirmed_at, item, first in k.written:
+            if confirmed_at > now and (how == "reset" or not first):
                 self.stats.outcomes["resent"] += 1
                 self._again(item, lost=False)
         k.written.clear()

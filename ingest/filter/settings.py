@@ -26,8 +26,9 @@ class FilterSettings:
     push_rate_per_peer: float = 13.0
     push_burst_per_peer: int = 15
     push_retries: int = 2
-    # Reuse one push stream per peer once it kept the first one open push_reuse_after_s; pushes
-    # written within push_unconfirmed_s before a peer ends a stream are sent again.
+    # Reuse one push stream per peer; writes on it not yet confirmed (push_unconfirmed_s after
+    # the write, and not before the stream was open push_reuse_after_s + push_unconfirmed_s) are
+    # sent again if the peer ends it.
     push_reuse_stream: bool = True
     push_reuse_after_s: float = 1.0
     push_unconfirmed_s: float = 2.0

@@ -38,5 +38,7 @@ def test_a_client_that_reads_one_push_per_stream_is_paced():
     client = Client("one")
     took, stats = timed(client, 30, push_rate_per_peer=10.0, push_burst_per_peer=5)
     assert sorted(client.received) == sorted(f"m{i}" for i in range(30))
-    assert client.streams == 30 and stats.outcomes["reused"] == 0
+    # Pushes written on the probe before the client's close arrived are sent again on streams of
+    # their own: each push read once, on a stream of its own.
+    assert client.streams == 30 and stats.outcomes["resent"] >= stats.outcomes["reused"]
     assert took >= 2.4, f"30 pushes took {took:.1f} s"

@@ -115,13 +115,14 @@ def test_a_client_that_reads_one_push_per_stream_gets_every_push():
     client = Client("one")
     stats = trio.run(run_pusher, client, settings(), N, 0.02)
     assert sorted(client.received) == sorted(f"m{i}" for i in range(N))  # each once
-    assert client.streams == N and stats.outcomes["reused"] == 0
+    # a push written on the first stream before the client's close arrived is sent again
+    assert client.streams == N and stats.outcomes["resent"] >= stats.outcomes["reused"]
 
 
 def test_a_client_closing_late_loses_nothing_to_the_reuse_race():
-    # The client closes its first stream only after 0.8 s: the bridge, seeing it open for
-    # push_reuse_after_s (0.3 s), writes further pushes on it that the client never reads; they
-    # are sent again on new streams once the close arrives.
+    # The client closes its first stream only after 0.8 s: the bridge writes further pushes on
+    # it that the client never reads; they are sent again on new streams once the close arrives
+    # (unconfirmed until push_reuse_after_s + push_unconfirmed_s after the stream's opening).
     client = Client("late", delay=0.8)
     stats = trio.run(run_pusher, client, settings(), 12, 0.05)
     assert sorted(client.received) == sorted(f"m{i}" for i in range(12))  # each exactly once
