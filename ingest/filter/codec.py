@@ -6,11 +6,10 @@ Status codes and their meaning follow nwaku / go-waku (shared/specs/14-WAKU2-MES
 """
 from __future__ import annotations
 
-from typing import Any
-
 from ingest.status import status_desc as status_text
 from schemas import filter_v00_pb2 as f00
 from schemas import filter_v2_pb2 as fv2
+from schemas.waku_message_pb2 import WakuMessage
 
 FILTER_SUBSCRIBE_CODEC = "/vac/waku/filter-subscribe/2.0.0-beta1"
 FILTER_PUSH_CODEC = "/vac/waku/filter-push/2.0.0-beta1"
@@ -37,12 +36,12 @@ def status_desc(code: int, detail: str = "") -> str:
     return status_text(STATUS_NAMES, code, detail)
 
 
-def push_v2(pubsub_topic: str, message: Any) -> bytes:
+def push_v2(pubsub_topic: str, message: WakuMessage) -> bytes:
     """A filter-push v2 MessagePush{waku_message, pubsub_topic}."""
     return fv2.MessagePush(waku_message=message, pubsub_topic=pubsub_topic).SerializeToString()
 
 
-def push_v00(request_id: str, message: Any) -> bytes:
+def push_v00(request_id: str, message: WakuMessage) -> bytes:
     """A legacy push: FilterRPC{requestId of the subscribing request, push}."""
     return f00.FilterRPC(requestId=request_id, push=f00.MessagePush(messages=[message])).SerializeToString()
 

@@ -14,10 +14,10 @@ handler does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ingest.filter.codec import BAD_REQUEST, NOT_FOUND, OK
 from ingest.filter.state import Change, SubscriptionView
+from schemas import filter_v00_pb2 as f00
 from schemas import filter_v2_pb2 as fv2
 from schemas import pipeline_records_pb2 as pr
 
@@ -55,13 +55,13 @@ class Response:
     unrecorded: str = "the change could not be recorded"
 
 
-def from_v2(req: Any) -> FilterRequest:
+def from_v2(req: fv2.FilterSubscribeRequest) -> FilterRequest:
     kind = V2_KINDS.get(req.filter_subscribe_type, UNKNOWN)
     topic = req.pubsub_topic if req.HasField("pubsub_topic") else None
     return FilterRequest(kind, topic, tuple(req.content_topics), req.request_id, "v2", req.filter_subscribe_type)
 
 
-def from_v00(rpc: Any, default_pubsub_topic: str) -> FilterRequest:
+def from_v00(rpc: f00.FilterRPC, default_pubsub_topic: str) -> FilterRequest:
     """A v00 FilterRPC's request (both published ContentFilter shapes; a request without topic
     uses the bridge's default pubsub topic, as the matching is an equi-join on it)."""
     req = rpc.request
@@ -84,7 +84,9 @@ def handle(peer: str, request: FilterRequest, view: SubscriptionView,
         return Response(OK, events=(Change(pr.REFRESH),))
     if kind == SUBSCRIBE:
         code, detail = view.check_criteria(topic, cts)
-        if code == OK and relayed and topic not in relayed:
+        if code != OK or topic is None:  # (a missing topic is refused by check_criteria)
+            return Response(code, detail)
+        if relayed and topic not in relayed:
             return Response(BAD_REQUEST, f"this node does not relay {topic}")
         code, detail = view.can_subscribe(peer, topic, cts)
         if code != OK:
@@ -92,6 +94,9 @@ def handle(peer: str, request: FilterRequest, view: SubscriptionView,
         return Response(OK, events=(Change(pr.SUBSCRIBE, topic, cts, request.request_id, request.protocol),),
                         unrecorded="the subscription could not be recorded")
     if kind == UNSUBSCRIBE:
+        code, detail = view.check_criteria(topic, cts)
+        if code != OK or topic is None:  # (a missing topic is refused by check_criteria)
+            return Response(code, detail)
         code, detail = view.can_unsubscribe(peer, topic, cts)
         if code != OK:
             return Response(code, detail)

@@ -1,10 +1,9 @@
 """Lightpush wire facts: protocol ids, the reference status codes, request/response encodings."""
 from __future__ import annotations
 
-from typing import Any
-
 from ingest.status import status_desc as status_text
 from schemas import lightpush_pb2 as pb
+from schemas.waku_message_pb2 import WakuMessage
 
 LIGHTPUSH_V3_CODEC = "/vac/waku/lightpush/3.0.0"
 LIGHTPUSH_V2_CODEC = "/vac/waku/lightpush/2.0.0-beta1"
@@ -49,13 +48,13 @@ def v2_response(request_id: str, code: int, detail: str = "") -> bytes:
     return pb.PushRPC(request_id=request_id, response=resp).SerializeToString()
 
 
-def v3_request(request_id: str, message: Any, pubsub_topic: str | None = None) -> bytes:
+def v3_request(request_id: str, message: WakuMessage, pubsub_topic: str | None = None) -> bytes:
     r = pb.LightpushRequest(request_id=request_id, message=message)
     if pubsub_topic is not None:
         r.pubsub_topic = pubsub_topic
     return r.SerializeToString()
 
 
-def v2_request(request_id: str, message: Any, pubsub_topic: str) -> bytes:
+def v2_request(request_id: str, message: WakuMessage, pubsub_topic: str) -> bytes:
     return pb.PushRPC(request_id=request_id, request=pb.PushRequest(pubsub_topic=pubsub_topic,
                                                                    message=message)).SerializeToString()

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from core.topics import autoshard, shard_topic
 from ingest.lightpush.codec import BAD_REQUEST, INVALID_MESSAGE, PAYLOAD_TOO_LARGE, UNSUPPORTED_PUBSUB_TOPIC
+from schemas import lightpush_pb2 as lp
+from schemas.waku_message_pb2 import WakuMessage
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ class PushContext:
     pubsub_topics: frozenset[str]
     cluster_id: int
     num_shards_in_cluster: int
-    check: Callable[[bytes], tuple[Any | None, str | None]]
+    check: Callable[[bytes], tuple[WakuMessage | None, str | None]]
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class Accepted:
     request_id: str
     pubsub_topic: str
     data: bytes          # the WakuMessage bytes, relayed and stored as they are
-    message: Any         # decoded, for the Kafka key (message hash)
+    message: WakuMessage  # decoded, for the Kafka key (message hash)
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,8 @@ class Refused:
     detail: str
 
 
-def decide(request_id: str, pubsub_topic: str | None, message: Any | None, ctx: PushContext) -> Accepted | Refused:
+def decide(request_id: str, pubsub_topic: str | None, message: WakuMessage | None,
+           ctx: PushContext) -> Accepted | Refused:
     """The v3 rules (v2 requests come here with their pubsub topic): a message is required; an
     absent pubsub topic is derived by autosharding from the content topic; the topic must be
     one this node relays (421); the message must pass the relay rules (413 oversized, 420
@@ -57,15 +59,16 @@ def decide(request_id: str, pubsub_topic: str | None, message: Any | None, ctx: 
         return Refused(request_id, PAYLOAD_TOO_LARGE, "message exceeds the size limit")
     if reason is not None:
         return Refused(request_id, INVALID_MESSAGE, reason.replace("_", " "))
+    assert msg is not None  # the check names a reason or returns the message
     return Accepted(request_id, pubsub_topic, data, msg)
 
 
-def from_v3(req: Any, ctx: PushContext) -> Accepted | Refused:
+def from_v3(req: lp.LightpushRequest, ctx: PushContext) -> Accepted | Refused:
     topic = req.pubsub_topic if req.HasField("pubsub_topic") else None
     return decide(req.request_id, topic, req.message if req.HasField("message") else None, ctx)
 
 
-def from_v2(rpc: Any, ctx: PushContext) -> Accepted | Refused:
+def from_v2(rpc: lp.PushRPC, ctx: PushContext) -> Accepted | Refused:
     if not rpc.HasField("request"):
         return Refused(rpc.request_id, BAD_REQUEST, "no request")
     r = rpc.request

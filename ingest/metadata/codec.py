@@ -5,7 +5,6 @@ and field 3 packed (what go-waku >= 0.9 reads). Both are read, packed or not, an
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from schemas import metadata_pb2 as pb
 
@@ -23,7 +22,8 @@ def response(cluster_id: int, shards: Iterable[int]) -> bytes:
     return pb.WakuMetadataResponse(cluster_id=cluster_id, shards=s, shards_packed=s).SerializeToString()
 
 
-def decode(data: bytes, kind: Any = pb.WakuMetadataResponse) -> tuple[int | None, tuple[int, ...]]:
+def decode(data: bytes, kind: type[pb.WakuMetadataRequest] | type[pb.WakuMetadataResponse] = pb.WakuMetadataResponse
+           ) -> tuple[int | None, tuple[int, ...]]:
     """(cluster id or None when absent, shards) of a request or response; DecodeError otherwise."""
     msg = kind.FromString(data)
     cluster = msg.cluster_id if msg.HasField("cluster_id") else None

@@ -10,8 +10,13 @@ from __future__ import annotations
 import enum
 import hashlib
 
-from core.message import MAX_MESSAGE_BYTES, MAX_META_BYTES, Limits, check_message  # noqa: F401
-from core.topics import DEFAULT_PUBSUB_TOPIC, check_pubsub_topic  # noqa: F401 - part of the relay API
+# Re-exported (`x as x`): the limits and the topic rules are part of the relay API.
+from core.message import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
+from core.message import MAX_META_BYTES as MAX_META_BYTES
+from core.message import Limits as Limits
+from core.message import check_message
+from core.topics import DEFAULT_PUBSUB_TOPIC as DEFAULT_PUBSUB_TOPIC
+from core.topics import check_pubsub_topic as check_pubsub_topic
 from schemas.waku_message_pb2 import WakuMessage
 
 RELAY_CODEC = "/vac/waku/relay/2.0.0"

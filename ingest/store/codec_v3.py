@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from core.message import message_hash
 from core.store_page import StoredMessage
@@ -67,5 +66,5 @@ def request(request_id: str, *, pubsub_topic: str | None = None, content_topics:
     return q.SerializeToString()
 
 
-def decode_response(data: bytes) -> Any:
+def decode_response(data: bytes) -> pb3.StoreQueryResponse:
     return pb3.StoreQueryResponse.FromString(data)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from core.store_page import (
     Page,
@@ -30,6 +29,7 @@ from core.store_page import (
 from ingest.store.codec import query_from_proto, response_rpc
 from ingest.store.codec_v3 import BAD_REQUEST, hash_of
 from schemas import store_beta2_pb2 as pb
+from schemas import store_v3_pb2 as pb3
 
 REJECT_REASONS = ("too_many_content_topics", "bad_cursor_time", "no_query", "rate_limited", "busy", "catching_up",
                   "error")
@@ -45,7 +45,7 @@ def plan(rpc: pb.HistoryRPC, limits: StoreLimits) -> tuple[StoreQuery | None, st
     return (None, reason) if reason else (query, None)
 
 
-def respond(rpc: Any, page: Page | None) -> bytes:
+def respond(rpc: pb.HistoryRPC, page: Page | None) -> bytes:
     """The HistoryRPC answering `rpc` (its request_id) with `page` (None: empty, in the
     direction the query asked)."""
     forward = rpc.HasField("query") and rpc.query.pagingInfo.direction == pb.PagingInfo.FORWARD
@@ -65,7 +65,7 @@ class V3Plan:
     include_data: bool = True
 
 
-def plan_v3(req: Any, limits: StoreLimits) -> tuple[V3Plan | None, tuple[int, str] | None]:
+def plan_v3(req: pb3.StoreQueryRequest, limits: StoreLimits) -> tuple[V3Plan | None, tuple[int, str] | None]:
     """(the plan, None) or (None, (status code, reason)) for a StoreQueryRequest, with the
     reference nodes' rules: at most max_content_topics, none empty; a time window that is not
     reversed; a 32-byte cursor; 32-byte message hashes, at most max_page_size distinct ones. The
