@@ -26,7 +26,7 @@ A query that cannot be served (`check_query` gives a reason) gets an empty page.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -124,7 +124,7 @@ class StoredMessage:
 
     @classmethod
     def from_mapping(cls, row: Any) -> StoredMessage:
-        get = row.get if isinstance(row, dict) else (lambda k: row[k])
+        get: Callable[[str], Any] = row.get if isinstance(row, dict) else (lambda k: row[k])
         return cls(float(get("received_time")), bytes(get("digest")), get("pubsub_topic"), get("content_topic"),
                    bytes(get("payload") or b""), get("version"), get("timestamp"),
                    None if get("meta") is None else bytes(get("meta")),
@@ -211,7 +211,8 @@ def page_from_rows(rows: Iterable[StoredMessage], query: StoreQuery, limits: Sto
     return finish_page(hits, query, limits, len(rows))
 
 
-def history_pages(fetch, query: StoreQuery, max_pages: int | None = None):
+def history_pages(fetch: Callable[[StoreQuery], Page], query: StoreQuery,
+                  max_pages: int | None = None) -> Iterator[Page]:
     """Follow the cursors: yields pages from `fetch(query) -> Page` until an empty one (or a
     page without cursor). Works with any of the three forms (Spark, reader, libp2p client).
     A partial page (reader scan budget) may be empty and still carry a cursor: follow it."""
