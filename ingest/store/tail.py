@@ -39,13 +39,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.config import Config, ConfigError
 from core.kafka import librdkafka_options
 from core.settings import local_path
 from core.store_page import Index, StoredMessage, StoreQuery, in_window
 from core.validation import Limits, decode_ingest, rejection_reason
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, KafkaError
 
 log = logging.getLogger("ingest.store.tail")
 # librdkafka's own log lines (named "kafka...": the bridge's Kafka log limit applies to them).
@@ -109,7 +112,7 @@ def kafka_seconds(timestamp: tuple[int, int]) -> float | None:
     return None if kind == NO_KAFKA_TIMESTAMP or ms < 0 else ms / 1000
 
 
-def stored_form(value: bytes, limits: Limits, now: float | None) -> tuple[StoredMessage | None, str | None]:
+def stored_form(value: bytes | None, limits: Limits, now: float | None) -> tuple[StoredMessage | None, str | None]:
     """(the message as the store job would store it, None), or (None, why not): a rule's name
     or "ephemeral". `now`: the record's Kafka timestamp in seconds (core/validation.py)."""
     f = decode_ingest(value)
@@ -118,6 +121,8 @@ def stored_form(value: bytes, limits: Limits, now: float | None) -> tuple[Stored
         return None, reason
     if f.ephemeral:
         return None, "ephemeral"
+    # The rules passed: a received time, a pubsub topic and a content topic are present.
+    assert f.received_time is not None and f.pubsub_topic is not None and f.content_topic is not None
     return StoredMessage(float(f.received_time), f.digest, f.pubsub_topic, f.content_topic, f.payload or b"",
                          f.version, f.timestamp, f.meta, f.rate_limit_proof, f.message_hash), None
 
@@ -175,6 +180,7 @@ class Tail:
         hidden = self._hidden
         for m in messages:
             h = m.message_hash
+            assert h is not None  # every stored form has one
             if h in hidden:
                 continue  # durable
             old = self._entries.get(h)
@@ -465,9 +471,9 @@ class TailFollower:
         self._consumer = self._open()
         self._thread.start()
 
-    _consumer: Any = None
+    _consumer: Consumer | None = None
 
-    def _open(self) -> Any:
+    def _open(self) -> Consumer:
         from confluent_kafka import Consumer, KafkaException
 
         try:
@@ -525,7 +531,7 @@ class TailFollower:
         config.update(librdkafka_options(s.client_options))
         return config
 
-    def _kafka_error(self, err: Any) -> None:
+    def _kafka_error(self, err: KafkaError) -> None:
         """Kafka's errors: librdkafka's client-wide ones (broker down, all brokers down,
         authentication), which it retries by itself, and those that stop the tail's loop, which
         starts again: one line each time the error changes, no traceback."""
@@ -577,13 +583,16 @@ class TailFollower:
                 first = consumer.poll(0.1)
                 if first is None:
                     continue
-                records, reached = [], []
+                records: list[tuple[bytes | None, int, int, float | None]] = []
+                reached: list[int | None] = []  # partitions read to their end (an EOF event's is set)
                 for m in [first, *consumer.consume(4999, 0)]:
                     err = m.error()
                     if err is None:
-                        records.append((m.value(), m.partition(), m.offset(), kafka_seconds(m.timestamp())))
-                        if pending and m.offset() + 1 >= ends[m.partition()]:  # read past its end at start
-                            reached.append(m.partition())
+                        partition, offset = m.partition(), m.offset()
+                        assert partition is not None and offset is not None  # a record has both
+                        records.append((m.value(), partition, offset, kafka_seconds(m.timestamp())))
+                        if pending and offset + 1 >= ends[partition]:  # read past its end at start
+                            reached.append(partition)
                     elif err.code() == KafkaError._PARTITION_EOF:
                         reached.append(m.partition())
                     else:
@@ -599,7 +608,7 @@ class TailFollower:
 
     _origin = ""
 
-    def _starts(self, consumer: Any, bounds: dict[int, tuple[int, int]]) -> dict[int, int]:
+    def _starts(self, consumer: Consumer, bounds: dict[int, tuple[int, int]]) -> dict[int, int]:
         from confluent_kafka import TopicPartition
 
         s = self.settings
@@ -617,7 +626,7 @@ class TailFollower:
         per_part = max(1, s.max_messages // max(1, len(bounds)))
         return {p: min(high, max(low, starts[p], high - per_part)) for p, (low, high) in bounds.items()}
 
-    def _take(self, records: list[tuple[bytes, int, int, float | None]]) -> None:
+    def _take(self, records: list[tuple[bytes | None, int, int, float | None]]) -> None:
         """Records as (value, partition, offset, Kafka timestamp in seconds or None)."""
         lim = self.settings.limits
         fresh: dict[bytes, StoredMessage] = {}
@@ -629,12 +638,15 @@ class TailFollower:
                 log.warning("store tail: record %s/%d refused: %s: %s", partition, offset, type(exc).__name__, exc)
                 m, why = None, "error"
             if m is None:
+                assert why is not None  # a message, or the reason there is none
                 self.refused[why] = self.refused.get(why, 0) + 1
                 continue
-            old = fresh.get(m.message_hash)
+            h = m.message_hash
+            assert h is not None  # stored_form sets it
+            old = fresh.get(h)
             if old is None or (m.received_time, m.digest) < (old.received_time, old.digest):
-                fresh[m.message_hash] = m
-                coords[m.message_hash] = (partition, offset)
+                fresh[h] = m
+                coords[h] = (partition, offset)
         self.consumed += len(records)
         if not fresh:
             return
