@@ -31,9 +31,10 @@ import math
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from numbers import Integral
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
 import numpy as np
@@ -58,6 +59,8 @@ from core.store_page import (
 from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_STATS_COLUMNS
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
     from ingest.store.tail import Tail
 
 log = logging.getLogger("ingest.store.reader")
@@ -155,7 +158,8 @@ def _may_be_in_window(st: _Stats, start: int | None, end: int | None) -> bool:
     elif st.min_ts <= hi and st.max_ts >= lo:
         return True
     # Here either every row is null (ts_nulls == rows > 0) or min and max are known.
-    untimed = st.ts_nulls is None or st.ts_nulls > 0 or st.min_ts <= 0 <= st.max_ts
+    untimed = (st.ts_nulls is None or st.ts_nulls > 0
+               or (st.min_ts is not None and st.max_ts is not None and st.min_ts <= 0 <= st.max_ts))
     # int(received_time * 1e9) of a row may round a little either way: 1 µs of slack.
     return untimed and st.min_rt * 1e9 - 1e3 <= hi and st.max_rt * 1e9 + 1e3 >= lo
 
@@ -337,7 +341,8 @@ class _HashIndex:
             while len(segments) >= 2 and len(segments[-2][0]) <= 2 * len(segments[-1][0]):
                 a, b = segments[-2], segments[-1]
                 merged = np.argsort(np.concatenate((a[0], b[0])), kind="stable")
-                segments[-2:] = [tuple(np.concatenate((x, y))[merged] for x, y in zip(a, b, strict=True))]
+                seg_keys, seg_files, seg_locs = (np.concatenate((x, y))[merged] for x, y in zip(a, b, strict=True))
+                segments[-2:] = [(seg_keys, seg_files, seg_locs)]
             # The path's number is known to readers before its segment is, never after.
             self._numbers[path], self._paths[number] = number, path
             self._segments = segments
@@ -378,7 +383,8 @@ class _HashIndex:
             if keep.all():
                 kept.append(seg)
             elif keep.any():
-                kept.append(tuple(x[keep] for x in seg))
+                seg_keys, seg_files, seg_locs = (x[keep] for x in seg)
+                kept.append((seg_keys, seg_files, seg_locs))
         self._segments = kept
         for n in numbers:
             del self._numbers[self._paths.pop(n)]
@@ -388,10 +394,10 @@ class _HashIndex:
         return sum(k.nbytes + n.nbytes + v.nbytes for k, n, v in self._segments)
 
 
-def _prefixes(hashes: list[bytes | None]) -> np.ndarray:
+def _prefixes(hashes: Sequence[bytes | None]) -> np.ndarray:
     """The first 8 bytes of each hash as a big-endian unsigned integer (0 for a missing one)."""
     if all(h is not None and len(h) >= 8 for h in hashes):
-        return np.frombuffer(b"".join(h[:8] for h in hashes), dtype=">u8").astype(np.uint64)
+        return np.frombuffer(b"".join(h[:8] for h in hashes if h is not None), dtype=">u8").astype(np.uint64)
     return np.array([int.from_bytes(h[:8], "big") if h else 0 for h in hashes], dtype=np.uint64)
 
 
@@ -404,17 +410,17 @@ class _LRU:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        self.items: OrderedDict[Any, Any] = OrderedDict()
+        self.items: OrderedDict[tuple[str, int], _Group] = OrderedDict()  # by (path, row group)
         self.lock = threading.Lock()
 
-    def get(self, key: Any) -> Any:
+    def get(self, key: tuple[str, int]) -> _Group | None:
         with self.lock:
             t = self.items.get(key)
             if t is not None:
                 self.items.move_to_end(key)
             return t
 
-    def put(self, key: Any, table: Any) -> None:
+    def put(self, key: tuple[str, int], table: _Group) -> None:
         with self.lock:
             if key in self.items:
                 return
@@ -444,7 +450,7 @@ class StoreReader:
         self.snapshot: Snapshot | None = None
         # Set once every data file of the table as first seen has its hashes indexed (follow()).
         self.hashes_ready = threading.Event()
-        self._table: Any = None
+        self._table: DeltaTable | None = None
         self._cache = _LRU(settings.cache_mb * 1024 * 1024)
         self._footers: dict[str, list[tuple[int, _Stats]]] = {}
         self._lock = threading.Lock()
@@ -483,8 +489,9 @@ class StoreReader:
                 return self.snapshot.version if self.snapshot else None
             version = self._table.version()
             if self.snapshot is None or self.snapshot.version != version:
-                self._publish(self._build(self._table, version), committed)
-                log.debug("store snapshot version %d: %d files", version, len(self.snapshot.files))
+                new = self._build(self._table, version)
+                self._publish(new, committed)
+                log.debug("store snapshot version %d: %d files", version, len(new.files))
             return version
 
     def _publish(self, new: Snapshot, committed: dict[int, int] | None = None) -> None:
@@ -511,7 +518,7 @@ class StoreReader:
         if gone:
             log.debug("store tail: %d messages now in Delta version %d", gone, new.version)
 
-    def _build(self, dt: Any, version: int) -> Snapshot:
+    def _build(self, dt: DeltaTable, version: int) -> Snapshot:
         feats = dt.protocol().reader_features or []
         if "deletionVectors" in feats:
             log.warning("%s uses deletion vectors, which the online reader does not apply",
@@ -851,7 +858,8 @@ MESSAGES_ARROW_SCHEMA = pa.schema([pa.field(name, _ARROW_TYPES[kind], nullable)
                                    for name, kind, nullable in MESSAGES_COLUMNS])
 
 
-def write_messages(path: str, rows: pa.Table, mode: str = "append", max_row_group_size: int = 16384) -> None:
+def write_messages(path: str, rows: pa.Table, mode: Literal["error", "append", "ignore", "overwrite"] = "append",
+                   max_row_group_size: int = 16384) -> None:
     """Append Arrow rows (MESSAGES_ARROW_SCHEMA) to the Delta messages table at `path`, with
     the store job's partitioning and statistics columns (tests, benchmarks)."""
     from deltalake import WriterProperties, write_deltalake
