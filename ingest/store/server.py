@@ -20,26 +20,32 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 from google.protobuf.message import DecodeError
+from libp2p.abc import IHost, INetStream
 from libp2p.custom_types import TProtocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from core.config import Config, ConfigError
-from core.store_page import Index, StoreLimits
+from core.store_page import Index, Page, StoredMessage, StoreLimits, StoreQuery
 from ingest.framing import FrameError, FrameReader, FrameTimeout, close_quietly, frame, peer_of
 from ingest.ratelimit import PeerBuckets
 from ingest.store import codec_v3
 from ingest.store.codec import STORE_CODEC, decode_rpc
 from ingest.store.codec_v3 import STORE_V3_CODEC
-from ingest.store.protocol import REJECT_REASONS, lookup_page, page_cursor_v3, plan, plan_v3, respond
+from ingest.store.protocol import REJECT_REASONS, V3Plan, lookup_page, page_cursor_v3, plan, plan_v3, respond
 from ingest.store.reader import NotCached, ReaderSettings, StoreReader
 from ingest.store.tail import Tail, TailFollower, TailSettings, committed_offsets
+from schemas import store_beta2_pb2 as pb
+from schemas import store_v3_pb2 as pb3
 
 log = logging.getLogger("ingest.store")
+_T = TypeVar("_T")
+_Request = TypeVar("_Request", pb.HistoryRPC, pb3.StoreQueryRequest)  # a decoded request frame
 
 CLOSE_REASONS = ("undecodable", "bad_frame", "timeout")
 # The v3 answer (status, detail) to a valid query the server does not serve now, by reason.
@@ -146,7 +152,8 @@ class StoreServer:
         self.follower: TailFollower | None = None  # the fresh tail's Kafka consumer (start())
 
     @classmethod
-    def start(cls, host: Any, settings: StoreServiceSettings, registry: CollectorRegistry | None = None) -> StoreServer:
+    def start(cls, host: IHost, settings: StoreServiceSettings,
+              registry: CollectorRegistry | None = None) -> StoreServer:
         """Open an online reader on settings.reader (following new table versions), with the
         fresh tail when settings.tail is set (its Kafka consumer thread starts here), and mount
         the protocols on `host`; close() stops following."""
@@ -159,7 +166,7 @@ class StoreServer:
         reader.follow()
         server = cls(reader, settings, StoreMetrics(registry))
         if tail is not None:
-            server.follower = TailFollower(settings.tail, tail, reader.durable_among, reader.hashes_ready)
+            server.follower = TailFollower(t, tail, reader.durable_among, reader.hashes_ready)
             server.follower.start()
             server.metrics.watch_tail(tail)
         server.mount(host)
@@ -168,7 +175,7 @@ class StoreServer:
                  reader.snapshot.version if reader.snapshot else "none yet")
         return server
 
-    def mount(self, host: Any) -> None:
+    def mount(self, host: IHost) -> None:
         host.set_stream_handler(TProtocol(STORE_CODEC), self.handle)
         host.set_stream_handler(TProtocol(STORE_V3_CODEC), self.handle_v3)
 
@@ -179,15 +186,16 @@ class StoreServer:
         if close is not None:
             close()
 
-    async def handle(self, stream: Any) -> None:
+    async def handle(self, stream: INetStream) -> None:
         """beta2: HistoryRPC frames, each answered with a HistoryRPC."""
         await self._serve(stream, decode_rpc, self._answer)
 
-    async def handle_v3(self, stream: Any) -> None:
+    async def handle_v3(self, stream: INetStream) -> None:
         """v3: StoreQueryRequest frames, each answered with a StoreQueryResponse."""
         await self._serve(stream, codec_v3.decode_request, self._answer_v3)
 
-    async def _serve(self, stream: Any, decode: Any, answer: Any) -> None:
+    async def _serve(self, stream: INetStream, decode: Callable[[bytes], _Request],
+                     answer: Callable[[_Request, INetStream], Awaitable[bytes]]) -> None:
         if self._limiter is None and self.settings.max_concurrent_queries > 0:
             self._limiter = trio.CapacityLimiter(self.settings.max_concurrent_queries)
         frames = FrameReader(stream, self.settings.max_request_bytes,
@@ -222,7 +230,7 @@ class StoreServer:
         finally:
             await close_quietly(stream)
 
-    async def _answer(self, rpc: Any, stream: Any) -> bytes:
+    async def _answer(self, rpc: pb.HistoryRPC, stream: INetStream) -> bytes:
         began = time.perf_counter()
         self.metrics.queries.inc()
         page = None
@@ -245,7 +253,7 @@ class StoreServer:
         return out
 
 
-    async def _answer_v3(self, req: Any, stream: Any) -> bytes:
+    async def _answer_v3(self, req: pb3.StoreQueryRequest, stream: INetStream) -> bytes:
         began = time.perf_counter()
         self.metrics.queries.inc()
         plan3, refusal = plan_v3(req, self.settings.limits)
@@ -255,6 +263,7 @@ class StoreServer:
                 self.metrics.rejected.labels(reason).inc()
                 plan3, refusal = None, V3_REFUSALS[reason]
         if plan3 is None:
+            assert refusal is not None  # plan_v3 gives a plan or a refusal
             code, detail = refusal
             out = codec_v3.response(req.request_id, code, detail)
         else:
@@ -267,12 +276,11 @@ class StoreServer:
             out = codec_v3.response(req.request_id, code, detail, messages, plan3.include_data, cursor)
         self.metrics.v3.labels(str(code)).inc()
         if code != codec_v3.OK:
-            log.debug("store: v3 query %r from %s answered %d %s", req.request_id, peer_of(stream), code,
-                      detail if plan3 is not None else refusal[1])
+            log.debug("store: v3 query %r from %s answered %d %s", req.request_id, peer_of(stream), code, detail)
         self.metrics.latency.observe(time.perf_counter() - began)
         return out
 
-    async def _run_v3(self, p: Any) -> tuple[int, str, list, bytes | None]:
+    async def _run_v3(self, p: V3Plan) -> tuple[int, str, list[StoredMessage], bytes | None]:
         """(status, detail, messages, response cursor) of a v3 plan. A page the scan budget cut
         short with nothing found is continued here: a v3 client stops at the first empty page.
         The cursor names one message: its place in the total order (receive time, digest, hash)."""
@@ -293,7 +301,7 @@ class StoreServer:
                 continue
             return codec_v3.OK, "", page.messages, page_cursor_v3(page, query.page_size)
 
-    async def _refusal(self, stream: Any) -> str | None:
+    async def _refusal(self, stream: INetStream) -> str | None:
         """Why a valid query is not served now (one of REJECT_REASONS), or None; the same for
         beta2 and v3, each of which answers a refusal in its own form and counts it in
         waku_store_rejected_total."""
@@ -320,12 +328,12 @@ class StoreServer:
             await trio.sleep(0.02)
         return ready.is_set()
 
-    async def _blocking(self, fn: Any, *args: Any) -> Any:
+    async def _blocking(self, fn: Callable[..., _T], *args: object) -> _T:
         if self.settings.max_concurrent_queries == 0:
             return fn(*args)
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
-    async def _query(self, query: Any) -> Any:
+    async def _query(self, query: StoreQuery) -> Page:
         """Pages whose data is in the reader's cache are answered inline (no thread hand-off:
         a fraction of a millisecond); the others in a worker thread, so that reading storage
         never stalls the node's event loop. max_concurrent_queries 0: everything inline."""
