@@ -11,18 +11,21 @@ import re
 import socket
 import ssl
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import multiaddr
 import trio
 from libp2p import new_host
-from libp2p.abc import IHost
+from libp2p.abc import IHost, IMuxedConn, INetStream
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
-from libp2p.custom_types import TProtocol
+from libp2p.custom_types import StreamHandlerFn, TProtocol
 from libp2p.io.exceptions import IOException
+from libp2p.network.swarm import Swarm
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.exceptions import MuxedConnError, MuxedStreamError
@@ -62,7 +65,7 @@ def local_ips() -> list[str]:
     ips = ["127.0.0.1"]
     try:
         for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
-            ip = info[4][0]
+            ip = str(info[4][0])  # (an AF_INET address: a str already)
             if ip not in ips:
                 ips.append(ip)
     except OSError:
@@ -242,10 +245,10 @@ class StreamGate:
         self.on_failed = on_failed
         self._logged: set[str] = set()
         self.total = 0
-        self.by_peer: Counter[Any] = Counter()
+        self.by_peer: Counter[ID] = Counter()
 
-    def wrap(self, protocol: str, handler: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
-        async def gated(stream: Any) -> None:
+    def wrap(self, protocol: str, handler: StreamHandlerFn) -> StreamHandlerFn:
+        async def gated(stream: INetStream) -> None:
             peer = stream.muxed_conn.peer_id
             scope = ("total" if self.total >= self.limits.total
                      else "peer" if self.by_peer[peer] >= self.limits.per_peer else None)
@@ -291,7 +294,7 @@ class StreamGate:
             lg.debug("stream %s ended: %s: %s", protocol, type(exc).__name__, exc)
 
 
-async def _reset_quietly(stream: Any) -> None:
+async def _reset_quietly(stream: INetStream) -> None:
     try:
         await stream.reset()
     except Exception:  # noqa: BLE001 - gone already
@@ -306,8 +309,8 @@ def gate_stream_handlers(host: IHost, gate: StreamGate) -> None:
         if protocol_id is not None and handler is not None:
             plain(protocol_id, gate.wrap(str(protocol_id), handler))
 
-    def set_stream_handler(protocol_id: TProtocol, handler: Callable[[Any], Awaitable[None]]) -> None:
-        plain(protocol_id, gate.wrap(str(protocol_id), handler))
+    def set_stream_handler(protocol_id: TProtocol, stream_handler: StreamHandlerFn) -> None:
+        plain(protocol_id, gate.wrap(str(protocol_id), stream_handler))
 
     host.set_stream_handler = set_stream_handler  # type: ignore[method-assign]
 
@@ -336,10 +339,11 @@ class PlainWebsocket(WebsocketTransport):
         return False
 
 
-MUXERS = {"yamux": (TProtocol(YAMUX_PROTOCOL_ID), Yamux), "mplex": (TProtocol(MPLEX_PROTOCOL_ID), Mplex)}
+MUXERS: dict[str, tuple[TProtocol, type[IMuxedConn]]] = {"yamux": (TProtocol(YAMUX_PROTOCOL_ID), Yamux),
+                                                         "mplex": (TProtocol(MPLEX_PROTOCOL_ID), Mplex)}
 
 
-async def dial(host: IHost, info: Any, timeout: float = 10.0) -> None:
+async def dial(host: IHost, info: PeerInfo, timeout: float = 10.0) -> None:
     """Connect to `info` (a PeerInfo) now, whatever py-libp2p remembers of earlier attempts.
 
     The caller owns the retry policy (the bridge's static-peer backoff, a client's reconnect
@@ -359,10 +363,10 @@ async def dial(host: IHost, info: Any, timeout: float = 10.0) -> None:
         await host.connect(info)
 
 
-def forget_closed(host: IHost, peer_id: Any) -> int:
+def forget_closed(host: IHost, peer_id: ID) -> int:
     """Drop connections to `peer_id` that are closed or closing but still listed by the swarm;
     how many were dropped."""
-    swarm = host.get_network()
+    swarm = cast(Swarm, host.get_network())  # py-libp2p's one INetworkService
     conns = swarm.connections.get(peer_id) or []
     if not isinstance(conns, list):
         conns = [conns]
@@ -371,7 +375,7 @@ def forget_closed(host: IHost, peer_id: Any) -> int:
         muxed = getattr(conn, "muxed_conn", None)
         closing = getattr(conn, "event_closed", None)
         if (closing is not None and closing.is_set()) or bool(getattr(muxed, "is_closed", False)):
-            swarm.remove_conn(conn)
+            swarm.remove_conn(conn)  # type: ignore[arg-type]  # the swarm lists its SwarmConns as INetConn
             dropped += 1
     return dropped
 
@@ -398,8 +402,8 @@ def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
         tls_client_config=tls_client,
         addrs_factory=lambda candidates: advertised(candidates, announce),
     )
-    swarm = host.get_network()
-    swarm.auto_connector.maybe_connect = _no_auto_dials
+    swarm = cast(Swarm, host.get_network())  # py-libp2p's one INetworkService
+    swarm.auto_connector.maybe_connect = _no_auto_dials  # type: ignore[method-assign]  # replaced on purpose
     if tls_server is not None and any(_is_plain_ws(a) for a in addrs):
         swarm.transport_manager.add_transport(PlainWebsocket(swarm.upgrader))
     if stream_gate is not None:
