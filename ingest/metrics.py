@@ -49,8 +49,8 @@ class BridgeMetrics(RelayObserver):
                                      buckets=LATENCY_BUCKETS, registry=r)
         for reason in Reject:
             self.rejected.labels(reason.value)
-        for reason in DROP_REASONS:
-            self.dropped.labels(reason)
+        for drop in DROP_REASONS:
+            self.dropped.labels(drop)
 
     # RelayObserver
     def on_received(self, topic: str) -> None:

@@ -13,17 +13,19 @@ authenticated peer id) and match the client's criteria; anything else is counted
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import trio
+from libp2p.abc import INetStream
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.keys import KeyPair
+from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 
@@ -69,8 +71,8 @@ class FilterClient:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[FilterClient]:
-        self.host.set_stream_handler(FILTER_PUSH_CODEC, self._on_push)
-        self.host.set_stream_handler(FILTER_V00_CODEC, self._on_v00_push)
+        self.host.set_stream_handler(TProtocol(FILTER_PUSH_CODEC), self._on_push)
+        self.host.set_stream_handler(TProtocol(FILTER_V00_CODEC), self._on_v00_push)
         async with self.host.run(self.listen_addrs):
             yield self
 
@@ -88,6 +90,7 @@ class FilterClient:
             try:
                 await self.connect(peer, timeout=timeout)
                 resp = await self.subscribe(pubsub_topic, content_topics, timeout=timeout)
+                assert resp is not None  # a request with an id is answered
                 if resp.status_code == 200:
                     return resp
                 log.warning("filter: subscribe answered %d %s (attempt %d)", resp.status_code, resp.status_desc,
@@ -98,14 +101,15 @@ class FilterClient:
             await trio.sleep(1 + attempt)
         raise RuntimeError(f"could not subscribe to {list(content_topics)} after {attempts} attempts")
 
-    def forget_closed(self, peer_id: Any) -> int:
+    def forget_closed(self, peer_id: ID) -> int:
         """Drop connections to `peer_id` that are closed but still listed (see ingest.host.dial)."""
         return forget_closed(self.host, peer_id)
 
     # -- v2 requests --------------------------------------------------------------------------
 
-    async def request(self, kind: int, pubsub_topic: str | None = None, content_topics: Sequence[str] = (),
-                      request_id: str | None = None, timeout: float = 10.0) -> fv2.FilterSubscribeResponse | None:
+    async def request(self, kind: Req.FilterSubscribeType, pubsub_topic: str | None = None,
+                      content_topics: Sequence[str] = (), request_id: str | None = None,
+                      timeout: float = 10.0) -> fv2.FilterSubscribeResponse | None:
         """Send one FilterSubscribeRequest; the response (None when request_id is "": no answer
         is expected; waits up to 1 s to check that none comes)."""
         assert self.service is not None, "connect() first"
@@ -113,7 +117,7 @@ class FilterClient:
         req = Req(request_id=rid, filter_subscribe_type=kind, content_topics=list(content_topics))
         if pubsub_topic is not None:
             req.pubsub_topic = pubsub_topic
-        stream = await self.host.new_stream(self.service, [FILTER_SUBSCRIBE_CODEC])
+        stream = await self.host.new_stream(self.service, [TProtocol(FILTER_SUBSCRIBE_CODEC)])
         try:
             await stream.write(frame(req.SerializeToString()))
             if not rid:
@@ -138,17 +142,23 @@ class FilterClient:
                 self.criteria.clear()
         return resp
 
-    async def subscribe(self, pubsub_topic: str, content_topics: Sequence[str], **kw: Any):
-        return await self.request(Req.SUBSCRIBE, pubsub_topic, content_topics, **kw)
+    async def subscribe(self, pubsub_topic: str, content_topics: Sequence[str], *,
+                        request_id: str | None = None,
+                        timeout: float = 10.0) -> fv2.FilterSubscribeResponse | None:
+        return await self.request(Req.SUBSCRIBE, pubsub_topic, content_topics, request_id, timeout)
 
-    async def unsubscribe(self, pubsub_topic: str, content_topics: Sequence[str], **kw: Any):
-        return await self.request(Req.UNSUBSCRIBE, pubsub_topic, content_topics, **kw)
+    async def unsubscribe(self, pubsub_topic: str, content_topics: Sequence[str], *,
+                          request_id: str | None = None,
+                          timeout: float = 10.0) -> fv2.FilterSubscribeResponse | None:
+        return await self.request(Req.UNSUBSCRIBE, pubsub_topic, content_topics, request_id, timeout)
 
-    async def unsubscribe_all(self, **kw: Any):
-        return await self.request(Req.UNSUBSCRIBE_ALL, **kw)
+    async def unsubscribe_all(self, *, request_id: str | None = None,
+                              timeout: float = 10.0) -> fv2.FilterSubscribeResponse | None:
+        return await self.request(Req.UNSUBSCRIBE_ALL, request_id=request_id, timeout=timeout)
 
-    async def ping(self, **kw: Any):
-        return await self.request(Req.SUBSCRIBER_PING, **kw)
+    async def ping(self, *, request_id: str | None = None,
+                   timeout: float = 10.0) -> fv2.FilterSubscribeResponse | None:
+        return await self.request(Req.SUBSCRIBER_PING, request_id=request_id, timeout=timeout)
 
     async def keep_alive(self, interval_s: float = 60.0) -> None:
         """Ping every interval (run in a nursery); logs a lost subscription."""
@@ -172,7 +182,7 @@ class FilterClient:
             filters = [f00.FilterRequest.ContentFilter(contentTopics=list(content_topics))]
         rpc = f00.FilterRPC(requestId=rid, request=f00.FilterRequest(subscribe=subscribe, topic=topic,
                                                                       contentFilters=filters))
-        stream = await self.host.new_stream(self.service, [FILTER_V00_CODEC])
+        stream = await self.host.new_stream(self.service, [TProtocol(FILTER_V00_CODEC)])
         try:
             await stream.write(frame(rpc.SerializeToString()))
         finally:
@@ -186,7 +196,7 @@ class FilterClient:
 
     # -- pushes -------------------------------------------------------------------------------
 
-    def _accept(self, stream: Any, push: Push) -> None:
+    def _accept(self, stream: INetStream, push: Push) -> None:
         sender = stream.muxed_conn.peer_id
         if self.service is None or sender != self.service:
             self.rejected += 1
@@ -205,7 +215,7 @@ class FilterClient:
         except trio.WouldBlock:
             self.rejected += 1
 
-    async def _on_push(self, stream: Any) -> None:
+    async def _on_push(self, stream: INetStream) -> None:
         try:
             data = await read_frame(stream, MAX_PUSH_BYTES)
             mp = fv2.MessagePush.FromString(data)
@@ -216,7 +226,7 @@ class FilterClient:
         finally:
             await stream.close()
 
-    async def _on_v00_push(self, stream: Any) -> None:
+    async def _on_v00_push(self, stream: INetStream) -> None:
         try:
             rpc = f00.FilterRPC.FromString(await read_frame(stream, MAX_PUSH_BYTES))
             for msg in rpc.push.messages:
@@ -242,7 +252,7 @@ class FilterClient:
 
 # -- `waku-bridge filter` -------------------------------------------------------------------------
 
-def add_filter_command(sub: Any) -> None:
+def add_filter_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the `filter` subcommand on waku-bridge's subparsers."""
     from core.config import add_config_arguments
     from core.topics import DEFAULT_PUBSUB_TOPIC
@@ -274,7 +284,7 @@ def _show(push: Push) -> str:
                        "ephemeral": push.message.ephemeral, "request_id": push.request_id or None})
 
 
-def cmd_filter(args: Any) -> int:
+def cmd_filter(args: argparse.Namespace) -> int:
     import json
     import signal
 
@@ -301,6 +311,7 @@ def cmd_filter(args: Any) -> int:
                 print(json.dumps({"event": "subscribed", "protocol": "v00", "request_id": rid}), flush=True)
             else:
                 resp = await client.subscribe(args.pubsub_topic, args.content_topic)
+                assert resp is not None  # a request with an id is answered
                 print(json.dumps({"event": "subscribed", "status_code": resp.status_code,
                                   "status_desc": resp.status_desc}), flush=True)
                 if resp.status_code != 200:

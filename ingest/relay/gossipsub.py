@@ -115,7 +115,7 @@ class RelaySink(Protocol):
 
     def __call__(
         self, pubsub_topic: str, message: WakuMessage, data: bytes, message_id: bytes,
-        received_time: float, arrival: float,
+        received_time: float, arrival: float, /,
     ) -> Awaitable[None]: ...
 
 
@@ -200,6 +200,8 @@ class RelayMessageCache(MessageCache):
 
 class WakuRelayRouter(GossipSub):
     """GossipSub under the Waku relay protocol ids with the reference nodes' parameters."""
+
+    mcache: RelayMessageCache
 
     def __init__(
         self,
