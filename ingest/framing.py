@@ -12,9 +12,9 @@ update), so many small frames cost one read.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import trio
+from libp2p.abc import INetStream
 from libp2p.network.stream.exceptions import StreamEOF
 from libp2p.utils.varint import encode_uvarint
 
@@ -40,7 +40,7 @@ class FrameReader:
     """Length-prefixed frames read from one stream through a buffer (one reader per stream: it
     may read ahead of the frame it returns)."""
 
-    def __init__(self, stream: Any, max_len: int, chunk: int = READ_CHUNK,
+    def __init__(self, stream: INetStream, max_len: int, chunk: int = READ_CHUNK,
                  idle_timeout_s: float | None = None) -> None:
         self.stream = stream
         self.max_len = max_len
@@ -104,7 +104,7 @@ class FrameReader:
                 return None
 
 
-async def read_frame(stream: Any, max_len: int) -> bytes:
+async def read_frame(stream: INetStream, max_len: int) -> bytes:
     """The one frame of a stream that carries one (a request or a push); FrameError when the
     stream ends first or the frame is not acceptable."""
     data = await FrameReader(stream, max_len).read_frame()
@@ -113,7 +113,7 @@ async def read_frame(stream: Any, max_len: int) -> bytes:
     return data
 
 
-def peer_of(stream: Any) -> str:
+def peer_of(stream: INetStream) -> str:
     """The base58 peer id at the other end of a stream ("?" when the connection is gone)."""
     try:
         return stream.muxed_conn.peer_id.to_base58()
@@ -121,7 +121,7 @@ def peer_of(stream: Any) -> str:
         return "?"
 
 
-async def close_quietly(stream: Any) -> None:
+async def close_quietly(stream: INetStream) -> None:
     """Close a stream we are done with, within a second; a stream already gone is fine."""
     with trio.move_on_after(1):
         try:

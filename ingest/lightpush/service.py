@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import trio
 from google.protobuf.message import DecodeError
+from libp2p.abc import IHost, INetStream
 from libp2p.custom_types import TProtocol
 from prometheus_client import CollectorRegistry, Counter
 
@@ -37,7 +37,7 @@ class LightpushService:
     """    service = LightpushService(host, ctx, store=..., relay=...)
     service.mount()"""
 
-    def __init__(self, host: Any, ctx: PushContext, *, store: Callable[[Accepted], Awaitable[bool]],
+    def __init__(self, host: IHost, ctx: PushContext, *, store: Callable[[Accepted], Awaitable[bool]],
                  relay: Callable[[str, bytes], Awaitable[int]], registry: CollectorRegistry | None = None,
                  per_peer_per_s: float = 0.0) -> None:
         self.host = host
@@ -51,7 +51,7 @@ class LightpushService:
         self.host.set_stream_handler(TProtocol(codec.LIGHTPUSH_V3_CODEC), self._on_v3)
         self.host.set_stream_handler(TProtocol(codec.LIGHTPUSH_V2_CODEC), self._on_v2)
 
-    async def _on_v3(self, stream: Any) -> None:
+    async def _on_v3(self, stream: INetStream) -> None:
         async def answer(data: bytes) -> bytes:
             req = pb.LightpushRequest.FromString(data)
             code, detail, peers = await self.push(self._limited(stream, req.request_id) or from_v3(req, self.ctx))
@@ -59,7 +59,7 @@ class LightpushService:
             return codec.v3_response(req.request_id, code, detail, peers)
         await self._one_request(stream, answer)
 
-    async def _on_v2(self, stream: Any) -> None:
+    async def _on_v2(self, stream: INetStream) -> None:
         async def answer(data: bytes) -> bytes:
             rpc = pb.PushRPC.FromString(data)
             code, detail, _ = await self.push(self._limited(stream, rpc.request_id) or from_v2(rpc, self.ctx))
@@ -67,7 +67,7 @@ class LightpushService:
             return codec.v2_response(rpc.request_id, code, detail)
         await self._one_request(stream, answer)
 
-    def _limited(self, stream: Any, request_id: str) -> Refused | None:
+    def _limited(self, stream: INetStream, request_id: str) -> Refused | None:
         if self.per_peer.allow(peer_of(stream)):
             return None
         return Refused(request_id, codec.TOO_MANY_REQUESTS, "request rate limit reached")
@@ -86,7 +86,7 @@ class LightpushService:
             peers = 0
         return codec.SUCCESS, "", peers
 
-    async def _one_request(self, stream: Any, answer: Callable[[bytes], Awaitable[bytes]]) -> None:
+    async def _one_request(self, stream: INetStream, answer: Callable[[bytes], Awaitable[bytes]]) -> None:
         """One request per stream, as the reference clients send; silence, a bad frame or bytes
         that do not decode close the stream (counted)."""
         try:

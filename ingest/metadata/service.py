@@ -9,8 +9,10 @@ from typing import Any
 
 import trio
 from google.protobuf.message import DecodeError
-from libp2p.abc import INotifee
+from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
 from libp2p.custom_types import TProtocol
+from libp2p.peer.id import ID
+from multiaddr import Multiaddr
 from prometheus_client import CollectorRegistry, Counter
 
 from ingest.framing import FrameReader, close_quietly, frame, peer_of
@@ -39,24 +41,24 @@ class _Connected(INotifee):
     def __init__(self, send: trio.MemorySendChannel) -> None:
         self.send = send
 
-    async def connected(self, network: Any, conn: Any) -> None:
+    async def connected(self, network: INetwork, conn: INetConn) -> None:
         try:
             self.send.send_nowait(conn.muxed_conn.peer_id)
         except (trio.WouldBlock, trio.ClosedResourceError):
             pass
 
-    async def opened_stream(self, network: Any, stream: Any) -> None: ...
-    async def closed_stream(self, network: Any, stream: Any) -> None: ...
-    async def disconnected(self, network: Any, conn: Any) -> None: ...
-    async def listen(self, network: Any, multiaddr: Any) -> None: ...
-    async def listen_close(self, network: Any, multiaddr: Any) -> None: ...
+    async def opened_stream(self, network: INetwork, stream: INetStream) -> None: ...
+    async def closed_stream(self, network: INetwork, stream: INetStream) -> None: ...
+    async def disconnected(self, network: INetwork, conn: INetConn) -> None: ...
+    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None: ...
+    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None: ...
 
 
 class MetadataService:
     """    service = MetadataService(host, NodeShards(1, (0, 1, 2)))
     nursery.start_soon(service.run)       # serves and checks until cancelled"""
 
-    def __init__(self, host: Any, ours: NodeShards, registry: CollectorRegistry | None = None,
+    def __init__(self, host: IHost, ours: NodeShards, registry: CollectorRegistry | None = None,
                  check_peers: bool = True) -> None:
         self.host = host
         self.ours = ours
@@ -83,7 +85,7 @@ class MetadataService:
             if self.check_peers:
                 network.remove_notifee(notifee)
 
-    async def _on_request(self, stream: Any) -> None:
+    async def _on_request(self, stream: INetStream) -> None:
         try:
             with trio.move_on_after(REQUEST_TIMEOUT_S):
                 data = await FrameReader(stream, MAX_METADATA_BYTES).read_frame()
@@ -100,7 +102,7 @@ class MetadataService:
         finally:
             await close_quietly(stream)
 
-    async def query(self, peer_id: Any) -> tuple[int | None, tuple[int, ...]]:
+    async def query(self, peer_id: ID) -> tuple[int | None, tuple[int, ...]]:
         """Ask a connected peer for its metadata (raises when it does not answer)."""
         with trio.fail_after(REQUEST_TIMEOUT_S):
             stream = await self.host.new_stream(peer_id, [TProtocol(METADATA_CODEC)])
@@ -113,7 +115,7 @@ class MetadataService:
             raise ConnectionError("closed without an answer")
         return decode(data)
 
-    async def _check(self, peer_id: Any) -> None:
+    async def _check(self, peer_id: ID) -> None:
         name = peer_id.to_base58()
         try:
             cluster, shards = await self.query(peer_id)

@@ -7,7 +7,9 @@ WakuMessage and the rejection reason, so each message is decoded once and counte
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+
+from libp2p.peer.id import ID
+from libp2p.pubsub.pb import rpc_pb2
 
 from core.message import Limits
 from ingest.relay.codec import Reject, check_no_sign, decode_waku_message
@@ -21,14 +23,14 @@ class WakuMessageValidator:
         self.limits = limits
         self.on_reject = on_reject
 
-    def check(self, msg: Any) -> tuple[WakuMessage | None, Reject | None]:
-        """(decoded message, None) when valid, else (None, reason). `msg` is an rpc_pb2.Message."""
+    def check(self, msg: rpc_pb2.Message) -> tuple[WakuMessage | None, Reject | None]:
+        """(decoded message, None) when valid, else (None, reason)."""
         reason = check_no_sign(msg.from_id, msg.seqno, msg.signature, msg.key)
         if reason is not None:
             return None, reason
         return decode_waku_message(msg.data, self.limits)
 
-    def __call__(self, forwarder: Any, msg: Any) -> bool:  # py-libp2p signature
+    def __call__(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:  # py-libp2p's SyncValidatorFn
         _, reason = self.check(msg)
         if reason is not None and self.on_reject is not None:
             self.on_reject(reason)

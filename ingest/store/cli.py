@@ -21,14 +21,18 @@ import math
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from core.config import ConfigError, add_config_arguments, config_from_args
 from core.store_page import Index, Page, StoredMessage, StoreQuery, check_query
 
+if TYPE_CHECKING:
+    from ingest.store.codec import RemotePage
+    from ingest.store.reader import StoreReader
+
 log = logging.getLogger("ingest.store.cli")
 
-Fetch = Callable[[StoreQuery], Awaitable[Any]]  # -> Page or ingest.store.codec.RemotePage
+Fetch = Callable[[StoreQuery], Awaitable["Page | RemotePage"]]
 
 
 def parse_time(text: str) -> float:
@@ -209,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _local_fetch(reader: Any) -> Fetch:
+def _local_fetch(reader: StoreReader) -> Fetch:
     async def fetch(query: StoreQuery) -> Page:
         return reader.query(query)
     return fetch
@@ -234,7 +238,7 @@ async def run_query(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         async with StoreClient.running(timeout=args.timeout, reuse_streams=args.reuse_stream) as client:
             peer_id = await client.connect(args.peer)
 
-            async def fetch(q: StoreQuery) -> Any:
+            async def fetch(q: StoreQuery) -> RemotePage:
                 return await client.query(peer_id, q)
 
             await drain(fetch)

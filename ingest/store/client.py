@@ -12,9 +12,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import trio
+from libp2p.abc import IHost, INetStream
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
@@ -27,6 +27,7 @@ from ingest.settings import parse_peer
 from ingest.store.codec import STORE_CODEC, RemotePage, decode_rpc, page_from_response, query_to_proto
 from ingest.store.codec_v3 import STORE_V3_CODEC, decode_response
 from schemas import store_beta2_pb2 as pb
+from schemas import store_v3_pb2 as pb3
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 _MULTISTREAM_LINE = b"/multistream/1.0.0\n"
@@ -39,11 +40,11 @@ class StoreError(Exception):
 
 
 class StoreClient:
-    def __init__(self, host: Any, timeout: float = 30.0, reuse_streams: bool = False) -> None:
+    def __init__(self, host: IHost, timeout: float = 30.0, reuse_streams: bool = False) -> None:
         self.host = host
         self.timeout = timeout
         self.reuse_streams = reuse_streams
-        self._streams: dict[ID, tuple[Any, FrameReader]] = {}
+        self._streams: dict[ID, tuple[INetStream, FrameReader]] = {}
         self._locks: dict[ID, trio.Lock] = {}
 
     @classmethod
@@ -119,7 +120,7 @@ class StoreClient:
                 return answer
             return None
 
-    async def query_v3(self, peer_id: ID, request: bytes) -> Any:
+    async def query_v3(self, peer_id: ID, request: bytes) -> pb3.StoreQueryResponse:
         """Send one StoreQueryRequest (codec_v3.request(...)) on a new
         /vac/waku/store-query/3.0.0 stream; the StoreQueryResponse."""
         with trio.fail_after(self.timeout):
