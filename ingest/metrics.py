@@ -3,7 +3,7 @@ and the HTTP endpoint that serves them in the text format."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 from libp2p.peer.id import ID
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -90,7 +90,7 @@ class BridgeMetrics(RelayObserver):
         v = self.registry.get_sample_value(name, labels or None)
         return 0.0 if v is None else v
 
-    def serve(self, host: str, port: int) -> tuple[Any, int]:
+    def serve(self, host: str, port: int) -> tuple[WSGIServer, int]:
         """Start the HTTP endpoint (a daemon thread); returns (server, bound port)."""
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
         bound = server.server_address[1]

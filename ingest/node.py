@@ -10,9 +10,11 @@ import logging
 import sys
 import time
 from typing import Any, TextIO
+from wsgiref.simple_server import WSGIServer
 
 import multiaddr
 import trio
+from libp2p.abc import IHost
 from libp2p.crypto.keys import KeyPair
 from libp2p.tools.anyio_service import background_trio_service
 
@@ -77,12 +79,12 @@ class Bridge:
         self.router: WakuRelayRouter | None = None
         self.pubsub: RelayPubsub | None = None
         self.producer: IngestProducer | None = None
-        self.host: Any = None
+        self.host: IHost | None = None
         self.stream_gate: StreamGate | None = None
         self.store: StoreServer | None = None  # the store service, when settings.store is set
         self._stop = trio.Event()
         self.stopped = trio.Event()  # set when run() has returned (flushed)
-        self._metrics_server: Any = None
+        self._metrics_server: WSGIServer | None = None
         self.filter: FilterService | None = None  # the filter service, when settings.filter is set
         self.metadata: MetadataService | None = None
         self.lightpush: LightpushService | None = None
@@ -149,7 +151,7 @@ class Bridge:
                  c["received"], c["accepted"], c["produced"], c["rejected"], c["dropped"])
 
     async def _run_relay(self, task_status: Any) -> None:
-        assert self.pubsub is not None and self.router is not None
+        assert self.host is not None and self.pubsub is not None and self.router is not None
         host, pubsub = self.host, self.pubsub
         # Ports were checked free (check_listen_addrs), so listening fails only in a race.
         async with host.run(self.listen_addrs), background_trio_service(pubsub), \
@@ -208,15 +210,17 @@ class Bridge:
         peers = self.settings.static_peers
         if not peers:
             return
+        host = self.host
+        assert host is not None
         failures: dict[str, int] = {}
         next_try: dict[str, float] = {}
         while True:
             for info in peers:
                 name = info.peer_id.to_base58()
-                if self.host.get_network().connections.get(info.peer_id) or trio.current_time() < next_try.get(name, 0):
+                if host.get_network().connections.get(info.peer_id) or trio.current_time() < next_try.get(name, 0):
                     continue
                 try:
-                    await dial(self.host, info, 10)
+                    await dial(host, info, 10)
                     log.info("static peer %s connected%s", name,
                              f" after {failures[name]} failed attempts" if failures.get(name) else "")
                     failures.pop(name, None)

@@ -35,7 +35,7 @@ import collections
 import logging
 import time
 from collections.abc import Awaitable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 from google.protobuf.message import DecodeError
@@ -128,7 +128,7 @@ class _RateLimitedWarning:
         self.last = 0.0
         self.suppressed = 0
 
-    def __call__(self, msg: str, *args: Any) -> None:
+    def __call__(self, msg: str, *args: object) -> None:
         now = time.monotonic()
         if now - self.last >= self.interval_s:
             extra = f" (and {self.suppressed} more since the last warning)" if self.suppressed else ""
@@ -262,7 +262,7 @@ class WakuRelayRouter(GossipSub):
         """go-libp2p / nim-libp2p: max(Dlazy, gossip factor x peers), at most the peers there are."""
         return max(0, min(total_peers, max(self.degree_lazy, int(self.gossip_factor * total_peers))))
 
-    def gossip_heartbeat(self) -> Any:
+    def gossip_heartbeat(self) -> collections.defaultdict[ID, dict[str, list[bytes]]]:
         """As 0.8.1, with at most MAX_IHAVE_LENGTH ids (the newest) per IHAVE: at thousands of
         messages a second the gossip window holds far more than peers accept."""
         gossip = super().gossip_heartbeat()
