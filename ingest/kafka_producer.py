@@ -76,12 +76,15 @@ _LOG_EVERY_S = 10.0
 
 
 class _Waiter:
-    """Set when one record is acknowledged (ok) or refused for good."""
-    __slots__ = ("event", "ok")
+    """Set when one record is acknowledged (ok) or refused for good. `on_late_ack` is called
+    (on the trio thread) when the record is acknowledged after its caller stopped waiting."""
+    __slots__ = ("abandoned", "event", "ok", "on_late_ack")
 
-    def __init__(self) -> None:
+    def __init__(self, on_late_ack: Callable[[], None] | None = None) -> None:
         self.event = trio.Event()
         self.ok = False
+        self.abandoned = False
+        self.on_late_ack = on_late_ack
 
 
 @dataclass(slots=True)
@@ -121,10 +124,6 @@ class ProducerSettings:
     delivery_timeout_ms: int = 30_000
     close_timeout_s: float = 30.0
     client_options: Mapping[str, str] = field(default_factory=dict)
-
-
-class KafkaUnavailable(Exception):
-    pass
 
 
 def crc32c_implementation() -> str:
@@ -195,16 +194,21 @@ class IngestProducer:
         producer is closing (counted and logged as `shutdown`)."""
         return await self._put(_Record(key, value, arrival), wait_for_room_s=None)
 
-    async def put_acked(self, key: bytes, value: bytes, arrival: float, timeout_s: float) -> bool:
+    async def put_acked(self, key: bytes, value: bytes, arrival: float, timeout_s: float,
+                        on_late_ack: Callable[[], None] | None = None) -> bool:
         """Hand one record over and wait until Kafka acknowledges it: True when it did within
-        `timeout_s`; False when it was dropped, refused or is still unacknowledged (it then
-        stays buffered and is retried like any other)."""
-        waiter = _Waiter()
+        `timeout_s`; False when it was dropped, refused or is still unacknowledged. A record
+        still unacknowledged stays buffered and is retried like any other (Kafka may hold it
+        already): when it is acknowledged after all, `on_late_ack` is called on the trio thread,
+        so that the caller, who answered a refusal, can undo it."""
+        waiter = _Waiter(on_late_ack)
         if not await self._put(_Record(key, value, arrival, waiter=waiter),
                                wait_for_room_s=min(timeout_s, self.settings.backpressure_timeout_s)):
             return False
         with trio.move_on_after(timeout_s):
             await waiter.event.wait()
+        if not waiter.event.is_set():
+            waiter.abandoned = True
         return waiter.ok
 
     async def _put(self, record: _Record, wait_for_room_s: float | None) -> bool:
@@ -289,9 +293,12 @@ class IngestProducer:
             if error is None:
                 done += 1
                 self._unacked.pop(id(record), None)
-                if record.waiter is not None:
-                    record.waiter.ok = True
-                    record.waiter.event.set()
+                w = record.waiter
+                if w is not None:
+                    w.ok = True
+                    w.event.set()
+                    if w.abandoned and w.on_late_ack is not None:
+                        w.on_late_ack()
             elif getattr(error, "retriable", False) or _is_timeout(error):
                 retry.append(record)
             else:

@@ -9,6 +9,7 @@ sweep that expires criteria past the TTL and peers unreachable for ``unreachable
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,7 +39,7 @@ from ingest.filter.codec import (
 from ingest.filter.protocol import FilterRequest, from_v00, from_v2, handle
 from ingest.filter.pusher import STAGES, Dedup, PeerPusher, PushConsumer, PushItem, PushStats
 from ingest.filter.settings import FilterSettings
-from ingest.filter.state import Change, SubscriptionView
+from ingest.filter.state import Change, SubscriptionView, undo_late_change
 from ingest.framing import FrameReader, close_quietly, frame
 from ingest.kafka_producer import IngestProducer, ProducerSettings
 from schemas import filter_v00_pb2 as f00
@@ -67,6 +68,9 @@ class FilterMetrics:
                                ["reason"], registry=r)
         self.peers = Gauge("waku_filter_subscribed_peers", "Peers with subscriptions on this bridge", registry=r)
         self.criteria = Gauge("waku_filter_criteria", "Criteria held on this bridge", registry=r)
+        self.late_undone = Counter("waku_filter_late_changes_undone",
+                                   "Changes answered 503 that Kafka acknowledged later, undone by further records",
+                                   registry=r)
 
     def value(self, name: str, **labels: str) -> float:
         v = self.registry.get_sample_value(name, labels or None)
@@ -229,7 +233,8 @@ class FilterService:
                     continue
                 before = self.view.snapshot(peer)
                 self.view.apply(peer, change, now)  # at once, so limits count it meanwhile
-                if not await self.emit(peer, change, acked=True):
+                if not await self.emit(peer, change, acked=True,
+                                       on_late_ack=functools.partial(self._late_ack, peer, change)):
                     self.view.restore(peer, before)
                     self.metrics.requests.labels("unrecorded", str(SERVICE_UNAVAILABLE)).inc()
                     return SERVICE_UNAVAILABLE, response.unrecorded
@@ -248,14 +253,35 @@ class FilterService:
             log.warning("filter: Kafka did not acknowledge the restart record; retrying")
             await trio.sleep(1.0)
 
-    async def emit(self, peer: str, change: Change, acked: bool = False) -> bool:
+    def _late_ack(self, peer: str, change: Change) -> None:
+        """Kafka acknowledged a change after all that the bridge answered 503 and undid: record
+        the changes that undo it (`undo_late_change`), so that the subscriptions table holds
+        what the bridge answered."""
+        if self._nursery is None:
+            log.warning("filter: a refused change of %s reached Kafka late while stopping; not undone", peer)
+            return
+        self._nursery.start_soon(self._undo_late, peer, change)
+
+    async def _undo_late(self, peer: str, change: Change) -> None:
+        async with self._lock(peer):
+            undo = undo_late_change(change, self.view.snapshot(peer))
+            for c in undo:
+                await self.emit(peer, c)
+            self.metrics.late_undone.inc()
+            log.info("filter: a change of %s answered 503 reached Kafka late; undone with %d records",
+                     peer, len(undo))
+
+    async def emit(self, peer: str, change: Change, acked: bool = False,
+                   on_late_ack: Callable[[], None] | None = None) -> bool:
         """Produce one SubscriptionEvent (keyed by peer id: per-peer order); with `acked`, wait
-        for Kafka's acknowledgement (False: dropped, refused or not acknowledged in time)."""
+        for Kafka's acknowledgement (False: dropped, refused or not acknowledged in time;
+        `on_late_ack` is called if Kafka acknowledges it later)."""
         assert self.producer is not None
         key, value = subscription_event(peer, self.bridge_id, change.op, time.time(), change.pubsub_topic or "",
                                         change.content_topics, change.request_id, change.protocol)
         if acked:
-            return await self.producer.put_acked(key, value, time.perf_counter(), self.settings.record_timeout_s)
+            return await self.producer.put_acked(key, value, time.perf_counter(), self.settings.record_timeout_s,
+                                                 on_late_ack)
         return await self.producer.put(key, value, time.perf_counter())
 
     def count_request(self, kind: str, status: int) -> None:

@@ -47,6 +47,33 @@ class PeerState:
     unreachable_since: float | None = None  # set by the pusher while pushes fail / no connection
 
 
+def undo_late_change(change: Change, state: PeerState | None) -> list[Change]:
+    """The changes that bring the recorded subscriptions of a peer back to `state` (what the
+    bridge holds now) after `change`, which the bridge answered 503 (Kafka did not acknowledge
+    it in time) and undid in its view, was acknowledged after all: the subscriptions job then
+    applies `change`, and these, produced after it under the same key, cancel it. Empty when
+    nothing is to undo (a refresh, or a later request already did it)."""
+    criteria = state.criteria if state is not None else {}
+    if change.op == pr.SUBSCRIBE:
+        topic = change.pubsub_topic or ""
+        extra = tuple(ct for ct in change.content_topics if (topic, ct) not in criteria)
+        return [Change(pr.UNSUBSCRIBE, topic, extra, change.request_id, change.protocol)] if extra else []
+    if change.op == pr.UNSUBSCRIBE:
+        topic = change.pubsub_topic or ""
+        gone = [(topic, ct) for ct in change.content_topics if (topic, ct) in criteria]
+    elif change.op in (pr.UNSUBSCRIBE_ALL, pr.EXPIRE):
+        gone = list(criteria)
+    else:
+        return []
+    # Subscribe again what the bridge still holds, grouped as it was subscribed.
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for key in gone:
+        c = criteria[key]
+        groups.setdefault((key[0], c.protocol, c.request_id), []).append(key[1])
+    return [Change(pr.SUBSCRIBE, topic, tuple(cts), request_id, protocol)
+            for (topic, protocol, request_id), cts in groups.items()]
+
+
 class SubscriptionView:
     """peer id (base58) -> its criteria (pubsub topic, content topic) -> Criterion."""
 
