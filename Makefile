@@ -1,6 +1,6 @@
 # make run   : set everything up, then run the local pipeline (embedded Kafka, store job, demo)
-# make test  : set everything up, then run the tests
-.PHONY: setup run test unit lock schemas clean
+# make test  : set everything up, then lint and type-check (scripts/check.sh) and run the tests
+.PHONY: setup run test unit check lock schemas clean
 
 setup:
 	bash scripts/setup.sh
@@ -10,7 +10,11 @@ run: setup
 
 test:
 	bash scripts/setup.sh --with-interop
+	bash scripts/check.sh
 	.venv/bin/python -m pytest -q
+
+check: setup
+	bash scripts/check.sh
 
 unit: setup
 	.venv/bin/python -m pytest -q tests/unit

@@ -82,7 +82,7 @@ class PushConsumer:
     def _run(self) -> None:
         try:
             self._loop()
-        except BaseException as exc:  # noqa: BLE001 - logged; the service keeps answering requests
+        except BaseException as exc:
             log.error("push consumer failed: %s: %s", type(exc).__name__, exc, exc_info=True)
             self.failed = exc
 
@@ -107,7 +107,7 @@ class PushConsumer:
                 parts = consumer.partitions_for_topic(self.topic)
                 if not parts:
                     time.sleep(0.5)
-            if self._stop.is_set():
+            if self._stop.is_set() or not parts:
                 return
             tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
             consumer.assign(tps)

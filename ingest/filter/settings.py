@@ -46,7 +46,7 @@ class FilterSettings:
 
     @classmethod
     def from_config(cls, config: Config, default_pubsub_topic: str | None = None,
-                    relayed_topics: Iterable[str] = ()) -> "FilterSettings":
+                    relayed_topics: Iterable[str] = ()) -> FilterSettings:
         f = config["filter"]
         for key in ("max_criteria_per_peer", "max_peers", "push_queue_per_peer", "dedup_per_peer"):
             if f[key] < 1:

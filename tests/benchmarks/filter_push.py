@@ -80,7 +80,8 @@ def run_clients(spec: dict) -> None:
                         break
                     now = time.time()
                     mp = fv2.MessagePush.FromString(data)
-                    receipts.append([index, mp.waku_message.payload.decode().split("|", 1)[0], now, mp.waku_message.timestamp])
+                    ident = mp.waku_message.payload.decode().split("|", 1)[0]
+                    receipts.append([index, ident, now, mp.waku_message.timestamp])
                     if one_shot:  # go-waku: one push per stream, then close
                         break
             except Exception:  # noqa: BLE001 - reset or closed: as a reference client, stop reading
@@ -189,7 +190,7 @@ def run_producer(spec: dict) -> None:
     time.sleep(spec.get("gap_s", 3.0))
     ts = time.time()
     fan_value = None
-    for index, peer in peers:  # one message, one record per subscribed peer (the filter job's output)
+    for _index, peer in peers:  # one message, one record per subscribed peer (the filter job's output)
         msg = WakuMessage(payload=f"f:fan|{payload_pad}".encode(), content_topic=FANOUT_TOPIC, timestamp=int(ts * 1e9))
         if fan_value is None:
             fan_hash = hash_of(PUBSUB_TOPIC, msg)
@@ -427,7 +428,8 @@ def main() -> int:
         after = scrape(metrics_port)
         bridge_cpu = cpu_seconds(bridge.proc.pid) - cpu_before
         threads_after = thread_cpu(bridge.proc.pid)
-        threads = {name: [round(u - threads_before.get(name, [0, 0])[0], 2), round(st - threads_before.get(name, [0, 0])[1], 2)]
+        threads = {name: [round(u - threads_before.get(name, [0, 0])[0], 2),
+                          round(st - threads_before.get(name, [0, 0])[1], 2)]
                    for name, (u, st) in threads_after.items()}
         threads = {k: v for k, v in threads.items() if v[0] + v[1] > 0}
         uptime = load_average()
@@ -449,7 +451,6 @@ def main() -> int:
         broker.stop()
 
     # -- figures ----------------------------------------------------------------------------
-    fan_at = produced["fanout_at"]
     got: dict[tuple[int, str], int] = {}
     steady_lat, fan_lat, steady_times = [], [], []
     for index, ident, t, ts_ns in receipts:
