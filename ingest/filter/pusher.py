@@ -64,9 +64,14 @@ class PushConsumer:
         self.deliver = deliver
         self.token = token
         self.ready = threading.Event()
-        self.failed: BaseException | None = None
+        self.failed: BaseException | None = None  # the last failure of the thread's loop
+        self.failures = 0  # how many times the loop failed and was started again
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="push-consumer", daemon=True)
+        # Per partition, the offset after the last record handed over: a restarted loop goes on
+        # from there (the first start begins at the end of the topic).
+        self._next: dict[int, int] = {}
+        self._consumer: Any = None
         self.consumed = 0
         self.cpu_s = 0.0  # this thread's CPU time in polls that returned records (stage "consume")
 
@@ -80,11 +85,19 @@ class PushConsumer:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        try:
-            self._loop()
-        except BaseException as exc:
-            log.error("push consumer failed: %s: %s", type(exc).__name__, exc, exc_info=True)
-            self.failed = exc
+        """The loop, started again 2 s after a failure (counted in `failures`, logged with its
+        traceback the first time, one line after): a dead consumer would leave the bridge
+        answering SUBSCRIBE with 200 and pushing nothing."""
+        while not self._stop.is_set():
+            try:
+                self._loop()
+                return
+            except Exception as exc:  # counted, logged, started again
+                self.failures += 1
+                self.failed = exc
+                log.error("push consumer failed (%d so far), restarting in 2 s: %s: %s", self.failures,
+                          type(exc).__name__, exc, exc_info=self.failures == 1)
+                self._stop.wait(2.0)
 
     def _loop(self) -> None:
         from kafka import TopicPartition
@@ -101,6 +114,7 @@ class PushConsumer:
         consumer = open_consumer(options, self._stop, "pusher")
         if consumer is None:
             return
+        self._consumer = consumer
         try:
             parts = None
             while not parts and not self._stop.is_set():
@@ -111,7 +125,10 @@ class PushConsumer:
                 return
             tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
             consumer.assign(tps)
-            consumer.seek_to_end(*tps)
+            consumer.seek_to_end(*(tp for tp in tps if tp.partition not in self._next))
+            for tp in tps:
+                if tp.partition in self._next:
+                    consumer.seek(tp, self._next[tp.partition])
             for tp in tps:
                 consumer.position(tp)  # fix the start now, before subscriptions are accepted
             self.ready.set()
@@ -123,6 +140,9 @@ class PushConsumer:
                 if not batch:
                     continue
                 values = [r.value for recs in batch.values() for r in recs]
+                for tp, recs in batch.items():
+                    if recs:
+                        self._next[tp.partition] = recs[-1].offset + 1
                 self.cpu_s += thread_time() - t0
                 if values:
                     self.consumed += len(values)

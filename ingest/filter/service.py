@@ -68,6 +68,9 @@ class FilterMetrics:
                                ["reason"], registry=r)
         self.peers = Gauge("waku_filter_subscribed_peers", "Peers with subscriptions on this bridge", registry=r)
         self.criteria = Gauge("waku_filter_criteria", "Criteria held on this bridge", registry=r)
+        self.consumer_failures = Gauge("waku_filter_push_consumer_failures",
+                                       "Times the push topic's consumer thread failed and was started again",
+                                       registry=r)
         self.late_undone = Counter("waku_filter_late_changes_undone",
                                    "Changes answered 503 that Kafka acknowledged later, undone by further records",
                                    registry=r)
@@ -135,6 +138,8 @@ class FilterService:
         self.consumer = PushConsumer(self.bootstrap_servers, self.push_topic, self.client_options,
                                      self._deliver, trio.lowlevel.current_trio_token())
         self.consumer.start()
+        consumer = self.consumer
+        self.metrics.consumer_failures.set_function(lambda: consumer.failures)
         try:
             # Until the consumer is positioned at the end of the push topic.
             while not await trio.to_thread.run_sync(self.consumer.ready.wait, 1.0,  # type: ignore[call-arg]

@@ -169,6 +169,10 @@ class StoreServer:
             server.follower = TailFollower(t, tail, reader.durable_among, reader.hashes_ready)
             server.follower.start()
             server.metrics.watch_tail(tail)
+            follower = server.follower
+            Gauge("waku_store_tail_consumer_failures",
+                  "Times the fresh tail's Kafka consumer thread failed and was started again",
+                  registry=server.metrics.registry).set_function(lambda: follower.failures)
         server.mount(host)
         log.info("store: serving %s and %s from %s (table version %s)", STORE_V3_CODEC, STORE_CODEC,
                  settings.reader.table_path,

@@ -460,7 +460,8 @@ class TailFollower:
         self.durable = durable
         self.wait_for = wait_for
         self.ready = threading.Event()
-        self.failed: BaseException | None = None
+        self.failed: BaseException | None = None  # the last failure of the thread's loop
+        self.failures = 0  # how many times the loop failed and was started again
         self.consumed = 0
         self.refused: dict[str, int] = {}
         self._stop = threading.Event()
@@ -499,10 +500,12 @@ class TailFollower:
             except KafkaException as exc:  # Kafka's answer (a partition's leader moving): no traceback
                 self._kafka_error(exc.args[0])
                 self.failed = exc
+                self.failures += 1
                 self._stop.wait(2.0)
             except Exception as exc:  # logged, then started again (from its start position)
-                log.error("store tail consumer failed, restarting in 2 s: %s: %s", type(exc).__name__, exc,
-                          exc_info=True)
+                self.failures += 1
+                log.error("store tail consumer failed (%d so far), restarting in 2 s: %s: %s", self.failures,
+                          type(exc).__name__, exc, exc_info=self.failures == 1)
                 self.failed = exc
                 self._stop.wait(2.0)
 
