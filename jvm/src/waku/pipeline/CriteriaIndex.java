@@ -2,8 +2,6 @@ package waku.pipeline;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.google.protobuf.CodedInputStream;
-import com.google.protobuf.WireFormat;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
@@ -342,33 +340,26 @@ public final class CriteriaIndex {
     double time = 0;
     List<String> contents = new ArrayList<>();
     try {
-      CodedInputStream in = CodedInputStream.newInstance(value);
-      while (true) {
-        int tag = in.readTag();
-        if (tag == 0) {
-          break;
-        }
-        int field = WireFormat.getTagFieldNumber(tag);
-        int wire = WireFormat.getTagWireType(tag);
-        boolean bytes = wire == WireFormat.WIRETYPE_LENGTH_DELIMITED;
-        if (field == 1 && bytes) {
-          peerId = in.readStringRequireUtf8();
-        } else if (field == 2 && bytes) {
-          bridgeId = in.readStringRequireUtf8();
-        } else if (field == 3 && wire == WireFormat.WIRETYPE_VARINT) {
-          op = in.readEnum();
-        } else if (field == 4 && bytes) {
-          pubsub = in.readStringRequireUtf8();
-        } else if (field == 5 && bytes) {
-          contents.add(in.readStringRequireUtf8());
-        } else if (field == 6 && wire == WireFormat.WIRETYPE_FIXED64) {
-          time = in.readDouble();
-        } else if (field == 7 && bytes) {
-          requestId = in.readStringRequireUtf8();
-        } else if (field == 8 && bytes) {
-          protocol = in.readStringRequireUtf8();
-        } else if (!in.skipField(tag)) {
-          break;
+      WireReader in = new WireReader(value);
+      while (in.next()) {
+        if (in.is(1, WireReader.LEN)) {
+          peerId = in.string();
+        } else if (in.is(2, WireReader.LEN)) {
+          bridgeId = in.string();
+        } else if (in.is(3, WireReader.VARINT)) {
+          op = in.enumValue();
+        } else if (in.is(4, WireReader.LEN)) {
+          pubsub = in.string();
+        } else if (in.is(5, WireReader.LEN)) {
+          contents.add(in.string());
+        } else if (in.is(6, WireReader.FIXED64)) {
+          time = in.doubleValue();
+        } else if (in.is(7, WireReader.LEN)) {
+          requestId = in.string();
+        } else if (in.is(8, WireReader.LEN)) {
+          protocol = in.string();
+        } else {
+          in.skip();
         }
       }
     } catch (IOException | RuntimeException e) {

@@ -1,9 +1,7 @@
 package waku.pipeline;
 
 import com.google.protobuf.ByteString;
-import com.google.protobuf.CodedInputStream;
 import com.google.protobuf.CodedOutputStream;
-import com.google.protobuf.WireFormat;
 
 import org.apache.spark.sql.api.java.UDF5;
 
@@ -36,22 +34,16 @@ public final class PushEncode implements UDF5<byte[], String, byte[], String, St
     ByteString message = null;
     double receivedTime = 0.0;
     try {
-      CodedInputStream in = CodedInputStream.newInstance(ingest);
-      while (true) {
-        int tag = in.readTag();
-        if (tag == 0) {
-          break;
-        }
-        int field = WireFormat.getTagFieldNumber(tag);
-        int wire = WireFormat.getTagWireType(tag);
-        if (field == INGEST_PUBSUB_TOPIC && wire == WireFormat.WIRETYPE_LENGTH_DELIMITED) {
-          topic = in.readBytes();
-        } else if (field == INGEST_MESSAGE && wire == WireFormat.WIRETYPE_LENGTH_DELIMITED) {
-          message = in.readBytes();
-        } else if (field == INGEST_RECEIVED_TIME && wire == WireFormat.WIRETYPE_FIXED64) {
-          receivedTime = in.readDouble();
-        } else if (!in.skipField(tag)) {
-          break;
+      WireReader in = new WireReader(ingest);
+      while (in.next()) {
+        if (in.is(INGEST_PUBSUB_TOPIC, WireReader.LEN)) {
+          topic = in.bytes();
+        } else if (in.is(INGEST_MESSAGE, WireReader.LEN)) {
+          message = in.bytes();
+        } else if (in.is(INGEST_RECEIVED_TIME, WireReader.FIXED64)) {
+          receivedTime = in.doubleValue();
+        } else {
+          in.skip();
         }
       }
     } catch (IOException e) {
