@@ -18,7 +18,9 @@ Each push is stamped on receipt (time.time(); same machine as the producer, whic
 append time in the message's timestamp).
 
 Report: offered pushes/s, delivered pushes/s (received by the clients: the headline), latency
-append -> receipt p50/p99, missing (must be 0), duplicates, the fan-out's completion time, and
+append -> receipt p50/p99 over every push offered (tests/benchmarks/stats.py: nearest rank, a
+push never received as +inf, null where a percentile falls on one), missing (must be 0),
+duplicates, the fan-out's completion time (null unless every peer got it), and
 the bridge's per-stage time (its waku_filter_push_stage_seconds counters). Last line: one JSON
 object.
 """
@@ -39,6 +41,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
+from tests.benchmarks import stats  # noqa: E402
 from tools.processes import free_port  # noqa: E402
 
 PUBSUB_TOPIC = "/waku/2/default-waku/proto"
@@ -266,13 +269,6 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -474,7 +470,10 @@ def main() -> int:
     duplicates = sum(c - 1 for c in got.values())
     steady_span = (max(steady_times) - min(steady_times)) if len(steady_times) > 1 else 0.0
     offered = produced["steady"]["sent"] / produced["steady"]["seconds"] if produced["steady"]["seconds"] else 0
-    delivered = (len(steady_times) - 1) / steady_span if steady_span else 0.0
+    delivered = stats.rate(len(steady_times) - 1, steady_span, None) or 0.0
+    # over every push offered: a missing one is +inf (null where a percentile falls on it)
+    steady = stats.latency_summary(steady_lat, per_peer * len(peers), scale=1e3, digits=1)
+    fan = stats.latency_summary(fan_lat, len(peers), scale=1e3, digits=1)
     stage = {}
     for name, v in after.items():
         if name.startswith("waku_filter_push_stage_seconds_total"):
@@ -491,11 +490,9 @@ def main() -> int:
         "offered_per_s": round(offered, 1), "delivered_per_s": round(delivered, 1),
         "expected": expected, "received": len(got), "missing": missing, "missing_sample": missing_sample,
         "duplicates": duplicates,
-        "latency_p50_ms": round(pct(steady_lat, 0.5) * 1e3, 1) if steady_lat else None,
-        "latency_p99_ms": round(pct(steady_lat, 0.99) * 1e3, 1) if steady_lat else None,
-        "fanout_peers": len(fan_lat), "fanout_p50_ms": round(pct(fan_lat, 0.5) * 1e3, 1) if fan_lat else None,
-        "fanout_p99_ms": round(pct(fan_lat, 0.99) * 1e3, 1) if fan_lat else None,
-        "fanout_complete_ms": round(max(fan_lat) * 1e3, 1) if fan_lat else None,
+        "latency_p50_ms": steady.p50, "latency_p99_ms": steady.p99, "latency_missing": steady.missing,
+        "fanout_peers": len(fan_lat), "fanout_p50_ms": fan.p50, "fanout_p99_ms": fan.p99,
+        "fanout_complete_ms": fan.max, "fanout_missing": fan.missing,
         "client_streams": streams, "outcomes": outcomes, "bridge_cpu_s": round(bridge_cpu, 2),
         "bridge_idle_cpu_per_s": round(idle_cpu_per_s, 3), "bridge_threads_user_sys_s": threads,
         "bridge_cpu_us_per_push": round(bridge_cpu / pushes * 1e6, 1) if pushes else None,

@@ -12,9 +12,12 @@ runs `waku-bridge publish` processes on loopback:
 3. paced: a fixed rate below the flat-out one, for the latency at a steady load.
 
 Afterwards it reads the Kafka topic back: `lost` is messages published but not in Kafka
-(distinct keys), `duplicates` records beyond one per key. Latencies are the bridge's
-arrival-to-acknowledgement histogram (percentiles interpolated within buckets). The last line
-is JSON. Everything stops by itself: bounded waits, loopback only.
+(distinct keys), `duplicates` records beyond one per key. Latencies are the bridge's own
+arrival-to-Kafka-acknowledgement histogram (waku_bridge_ack_latency_seconds: inside the bridge,
+not publisher to Kafka), read by tests/benchmarks/stats.py's nearest rank as the upper bound of
+the bucket holding the percentile, over every message published in the phase (one not
+acknowledged as +inf: null where it decides). The last line is JSON. Everything stops by
+itself: bounded waits, loopback only.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
+from tests.benchmarks.stats import histogram_percentile  # noqa: E402
 from tools.embedded_kafka import EmbeddedKafka  # noqa: E402
 from tools.processes import free_port, start_bridge, start_publisher  # noqa: E402
 
@@ -60,22 +64,12 @@ def histogram(sample: dict[str, float]) -> list[tuple[float, float]]:
     return sorted(out)
 
 
-def percentile(before: dict[str, float], after: dict[str, float], q: float) -> float | None:
-    """The q-quantile (seconds) of the latencies observed between two scrapes."""
+def ack_percentile(before: dict[str, float], after: dict[str, float], p: float, offered: int) -> float | None:
+    """The p-th percentile (seconds; stats.histogram_percentile: nearest rank, a bucket's upper
+    bound) of the latencies observed between two scrapes, over `offered` messages: those not
+    acknowledged in between count as +inf (None where the percentile falls on one)."""
     b = dict(histogram(before))
-    buckets = [(le, c - b.get(le, 0.0)) for le, c in histogram(after)]
-    total = buckets[-1][1] if buckets else 0
-    if not total:
-        return None
-    rank = q * total
-    prev_le, prev_c = 0.0, 0.0
-    for le, c in buckets:
-        if c >= rank:
-            if le == float("inf"):
-                return prev_le
-            return prev_le + (le - prev_le) * ((rank - prev_c) / max(c - prev_c, 1e-9))
-        prev_le, prev_c = le, c
-    return prev_le
+    return histogram_percentile([(le, c - b.get(le, 0.0)) for le, c in histogram(after)], p, offered)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -197,11 +191,11 @@ def main() -> int:
         result = {
             "messages_per_s": round(rate, 1),
             "lost": expected - distinct,
-            "latency_p50_ms": ms(percentile(before, after, 0.50)),
-            "latency_p99_ms": ms(percentile(before, after, 0.99)),
+            "latency_p50_ms": ms(ack_percentile(before, after, 50, n)),
+            "latency_p99_ms": ms(ack_percentile(before, after, 99, n)),
             "paced_rate": args.paced_rate,
-            "paced_latency_p50_ms": ms(percentile(paced_before, paced_after, 0.50)),
-            "paced_latency_p99_ms": ms(percentile(paced_before, paced_after, 0.99)),
+            "paced_latency_p50_ms": ms(ack_percentile(paced_before, paced_after, 50, paced_n)),
+            "paced_latency_p99_ms": ms(ack_percentile(paced_before, paced_after, 99, paced_n)),
             "messages": n,
             "payload_bytes": args.payload_bytes,
             "published_total": expected,

@@ -46,7 +46,8 @@ What is measured (over the measured window):
                      (the mtime of the _delta_log entry that added its file) - Kafka append time
                      (the record's CreateTime); messages not committed by the end of the drain
                      count as missing and as +inf in these percentiles (null when > 1 % / 50 %
-                     are missing); `committed_*_of_committed_s` are over the committed ones only
+                     are missing); `committed_*_of_committed_s` are over the committed ones only.
+                     Every percentile here: tests/benchmarks/stats.py (nearest rank)
   queryable_p50_ms/p99_ms  per probe: first answer from B containing the message - Kafka
                      acknowledgement; probes not answered within 30 s (5 s with --quick) count as
                      missing (`queryable_missing`) and as +inf in the percentiles;
@@ -102,6 +103,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tests.benchmarks.stats import finite, latency_summary, percentile  # noqa: E402 - as below
 from tools.processes import free_port, proc_cpu_s  # noqa: E402 - run as a script: the repository joins sys.path first
 
 TOPIC = "waku.messages"
@@ -120,17 +122,6 @@ def write_whole(path: Path, text: str) -> None:
     part.write_text(text)
     os.replace(part, path)
 
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile; +inf entries (missing messages) sort last."""
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
-
-
-def finite(x: float, digits: int) -> float | None:
-    return None if x is None or math.isnan(x) or math.isinf(x) else round(x, digits)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,9 +372,9 @@ def batch_figures(job_log: Path, after_batch: int, last: int) -> dict:
             phases.setdefault(k, []).append(v)
     if not times:
         return {"batches": 0}
-    return {"batches": len(times), "batch_p50_s": round(percentile(times, 50), 2),
+    return {"batches": len(times), "batch_p50_s": finite(percentile(times, 50), 2),
             "batch_max_s": round(max(times), 2), "batch_rows_mean": round(sum(inputs) / len(inputs)),
-            "batch_phase_p50_s": {k: round(percentile(v, 50), 3) for k, v in phases.items()}}
+            "batch_phase_p50_s": {k: finite(percentile(v, 50), 3) for k, v in phases.items()}}
 
 
 def last_batch(job_log: Path) -> int:
@@ -573,7 +564,7 @@ def profile(args) -> dict:
                       for k in dict.fromkeys(k for b in mine for k in b["phases"])}
             out.update({f"{pre}batches": len(mine),
                         f"{pre}batch_mean_s": round(sum(b["seconds"] for b in mine) / len(mine), 2),
-                        f"{pre}batch_p50_s": round(percentile([b["seconds"] for b in mine], 50), 2),
+                        f"{pre}batch_p50_s": finite(percentile([b["seconds"] for b in mine], 50), 2),
                         f"{pre}phase_mean_s": phases,
                         # CPU of the batch's work itself (the foreachBatch call), per record in.
                         f"{pre}jvm_cpu_us_per_record": round(sum(b["jvm_cpu_s"] for b in mine)
@@ -779,7 +770,7 @@ def main() -> int:
             while time.time() < load_began + warmup - 1.0:
                 lags = watcher.latencies[-1] if watcher.latencies else []
                 if (time.time() >= load_began + args.warmup_min and len(lags)
-                        and float(np.median(lags)) <= args.warmup_until_lag):
+                        and (percentile(lags, 50) or 0.0) <= args.warmup_until_lag):
                     measure_at = time.time() + 0.5
                     break
                 time.sleep(0.25)
@@ -793,8 +784,7 @@ def main() -> int:
         # How far behind the job is when the window begins (a backlog left by the warm-up, while
         # the JIT and caches were cold, weighs on every latency of the window): the append ->
         # commit latency, median, of the last commit before the window.
-        lag_at_start = (round(float(np.median(watcher.latencies[-1])), 2)
-                        if watcher.latencies and len(watcher.latencies[-1]) else None)
+        lag_at_start = finite(percentile(watcher.latencies[-1], 50), 2) if watcher.latencies else None
         cpu0 = {k: group_cpu_s(v) for k, v in groups.items()}
         jvm0 = jvm_threads_cpu_s(groups["store_job"])
         for i, p in enumerate(producers):
@@ -848,15 +838,13 @@ def main() -> int:
         got, lat = got[order], lat[order]
         idx = np.clip(np.searchsorted(got, expected), 0, max(len(got) - 1, 0))
         hit = (got[idx] == expected) if len(got) else np.zeros(len(expected), bool)
-        per_msg = np.where(hit, lat[idx] if len(lat) else 0.0, np.inf)
-        missing = int((~hit).sum())
-        committed = per_msg[hit]
+        committed = (lat[idx][hit] if len(lat) else np.empty(0)).tolist()
+        over_all = latency_summary(committed, int(len(expected)))  # the missing ones as +inf
+        over_committed = latency_summary(committed, len(committed))
         results.update(
-            expected_messages=int(len(expected)), missing=missing,
-            committed_p50_s=finite(float(np.percentile(per_msg, 50, method="nearest")), 3) if len(per_msg) else None,
-            committed_p99_s=finite(float(np.percentile(per_msg, 99, method="nearest")), 3) if len(per_msg) else None,
-            committed_p50_of_committed_s=round(float(np.percentile(committed, 50)), 3) if len(committed) else None,
-            committed_p99_of_committed_s=round(float(np.percentile(committed, 99)), 3) if len(committed) else None)
+            expected_messages=int(len(expected)), missing=over_all.missing,
+            committed_p50_s=over_all.p50, committed_p99_s=over_all.p99,
+            committed_p50_of_committed_s=over_committed.p50, committed_p99_of_committed_s=over_committed.p99)
 
         # Steady-state throughput: rows committed between the first and the last load commit.
         load_commits = [(t, rows) for v, t, rows in watcher.commits if v >= load_commit_from and rows]
@@ -875,11 +863,10 @@ def main() -> int:
         lines = [json.loads(line) for line in probe_out.read_text().splitlines()] if probe_out.exists() else []
         probes = [pr for pr in lines if "hash" in pr]
         results["queryable_query_errors"] = sum(pr.get("query_errors", 0) for pr in lines)
-        q = [pr["ms"] if pr["ms"] is not None else math.inf for pr in probes]
+        queryable = latency_summary([pr["ms"] for pr in probes if pr["ms"] is not None], len(probes), digits=1)
         results.update(
-            queryable_sample=len(probes), queryable_missing=sum(1 for pr in probes if pr["ms"] is None),
-            queryable_p50_ms=finite(percentile(q, 50), 1), queryable_p99_ms=finite(percentile(q, 99), 1),
-            queryable_max_ms=finite(max(q), 1) if q else None)
+            queryable_sample=len(probes), queryable_missing=queryable.missing,
+            queryable_p50_ms=queryable.p50, queryable_p99_ms=queryable.p99, queryable_max_ms=queryable.max)
         results.update(batch_figures(job_log, window_batch, window_last_batch))
     finally:
         for p in procs:

@@ -8,7 +8,8 @@ keeps (received_time, content_topic) are computed exactly as Delta computes them
 (cursor at a random time, forward, 20 messages, with no topic filter or one topic of a given
 popularity) must open every file whose statistics overlap the page's receive-time span and can
 contain the topic. That count, not engine speed, decides how cheap a page is; it is the same on
-any engine that skips files by statistics (Spark, delta-rs).
+any engine that skips files by statistics (Spark, delta-rs). The p99 is by nearest rank
+(tests/benchmarks/stats.py).
 
 Layouts: micro-batch files as the store job writes them (1 s batches, sorted inside), the same
 compacted to large files sorted by received_time (maintain: OPTIMIZE ZORDER BY received_time),
@@ -19,8 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: `tests` importable
+
+from tests.benchmarks.stats import percentile
 
 DAY = 86_400.0
 TOPICS = 1000
@@ -99,7 +105,7 @@ def main() -> int:
         line = f"{name:<28}{len(stats):>8}"
         for fname, which in filters.items():
             counts = np.array([page_files(stats, t, topic, t0, which) for t0 in t0s])
-            mean, p99 = float(counts.mean()), float(np.percentile(counts, 99))
+            mean, p99 = float(counts.mean()), float(percentile(counts.tolist(), 99) or 0)
             results[f"{name}.{fname}.mean"] = round(mean, 2)
             results[f"{name}.{fname}.p99"] = round(p99, 1)
             line += f"{mean:>13.1f} / {p99:>6.0f}"

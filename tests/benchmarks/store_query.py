@@ -3,12 +3,27 @@ messages table of N rows, with 16 concurrent clients.
 
     .venv/bin/python tests/benchmarks/store_query.py [--quick] [--rows N] [--clients 16] [--seconds S]
         [--servers K] [--client-procs P] [--client py|go] [--rate R[,R2,...]]
+        [--layout maintained|compacted] [--cache-mb MB] [--preload-mb MB] [--compacted-2g]
+
+By default on the shipped settings: the table laid out as `maintain` leaves it and each server
+with conf/pipeline.toml's store_service.cache_mb (512), preload_mb (256) and
+max_concurrent_queries (2). Named variants:
+  --layout compacted   files of 250,000 rows, row groups of --row-group (16,384) rows (the
+                       layout of the figures before issue 40);
+  --cache-mb / --preload-mb MB  another cache or preload (e.g. the whole table cached);
+  --compacted-2g       the benchmark's former defaults: --layout compacted --cache-mb 2048
+                       --preload-mb 0.
 
 1. Writes N messages straight into a Delta table in a temp dir with `deltalake` (no Spark):
    received_time over two days (two or three received_date partitions), 8 pubsub topics
    (static shards), 40 content topics with a skewed (Zipf-like) popularity, 64-byte random
-   payloads, real store digests; files of ~250k rows sorted by (received_time, digest), row
-   groups of --row-group rows. (--table PATH reuses a table written earlier.)
+   payloads, real store digests; rows sorted by (received_time, digest) across files. Layout
+   `maintained` (default): what `maintain`'s OPTIMIZE ZORDER BY received_time writes with the
+   shipped settings, files of store.optimize_target_file_bytes (128 MiB) and Parquet row groups
+   of Spark's parquet.block.size (4 MiB, conf/spark-defaults.conf), both as rows estimated from
+   the generated rows' Parquet size (printed); the newest hour's 1 s micro-batch files the
+   store job adds between two hourly `maintain` runs are not modelled. (--table PATH reuses a
+   table written earlier; its layout is reported as "given table".)
 2. Starts `--servers` store server processes (the online reader + the libp2p protocol, as the
    bridge mounts it; several serve the same table side by side) and waits until they listen.
 3. C clients, each its own libp2p host and connection, in their own processes (one per client
@@ -33,8 +48,10 @@ messages table of N rows, with 16 concurrent clients.
    still waiting on an answer is charged for the wait (`late_pages`, `max_lag_ms`). A list
    `--rate 50,100,200` runs each rate in turn against the same servers (start-up once).
 
-Prints per-page latency percentiles, pages/s and messages/s; the last line is JSON (with a list
-of rates, one entry a rate in `runs`). Server figures are deltas over each run.
+Prints per-page latency percentiles (tests/benchmarks/stats.py: nearest rank over every page
+sent, a failed one as +inf: null where it decides), pages/s and messages/s over the run; the
+last line is JSON (with a list of rates, one entry a rate in `runs`; `layout`, `cache_mb`,
+`preload_mb` say which variant ran). Server figures are deltas over each run.
 """
 from __future__ import annotations
 
@@ -56,6 +73,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
+from tests.benchmarks.stats import latency_summary  # noqa: E402 - run as a script: the repository joins sys.path first
+from tests.benchmarks.stats import rate as per_second  # noqa: E402
+
 BASE_T = 1_795_000_000.0  # 2026-11-18T...
 SPAN_S = 2 * 86_400.0
 PUBSUB = tuple(f"/waku/2/rs/1/{i}" for i in range(8))
@@ -66,10 +86,30 @@ PAYLOAD_BYTES = 64
 
 # --- the table ------------------------------------------------------------------------------
 
+def maintained_layout(sample, target_file_bytes: int, block_bytes: int) -> tuple[int, int]:
+    """(rows a file, rows a row group) of the layout `maintain` leaves with the shipped settings:
+    OPTIMIZE into files of `target_file_bytes` (store.optimize_target_file_bytes), Parquet row
+    groups of `block_bytes` (Spark's parquet.block.size, conf/spark-defaults.conf). Both are
+    bytes; the rows they hold are estimated from `sample` (Arrow rows) written to Parquet in
+    memory with snappy, the writers' default compression."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(sample, buf, compression="snappy")
+    per_row = max(1.0, buf.tell() / max(1, sample.num_rows))
+    return max(1, int(target_file_bytes / per_row)), max(1, int(block_bytes / per_row))
+
+
 def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000, base_t: float = BASE_T,
-                untimed_share: float = 0.0) -> float:
+                untimed_share: float = 0.0, rows_per_file: int = 250_000,
+                maintained: tuple[int, int] | None = None) -> float:
     """Writes the table; `untimed_share` of the rows get no sender timestamp (null), as
-    messages without one are stored (store_ingest.py --seed-rows uses this)."""
+    messages without one are stored (store_ingest.py --seed-rows uses this). Files of
+    `rows_per_file` rows and row groups of `row_group` rows, or with `maintained` (bytes a file,
+    bytes a row group) the rows those hold (`maintained_layout`). Rows sorted by
+    (received_time, digest) across files (a file per received_date at most)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -81,6 +121,7 @@ def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000, base
     weights = np.array(CONTENT_WEIGHTS) / sum(CONTENT_WEIGHTS)
     chunks = max(1, math.ceil(rows / chunk))
     written = 0
+    pending = None  # sorted rows not yet written (less than a file)
     for _ in range(chunks):
         n = min(chunk, rows - written)
         lo = base_t + SPAN_S * written / rows
@@ -114,10 +155,21 @@ def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000, base
             "received_date": pa.array(days),
         }, schema=MESSAGES_ARROW_SCHEMA)
         table = table.take(pc.sort_indices(table, [("received_time", "ascending"), ("digest", "ascending")]))
-        # Files of ~250k rows (the store job's rows_per_file), each sorted.
-        for start in range(0, n, 250_000):
-            write_messages(path, table.slice(start, 250_000), max_row_group_size=row_group)
+        if maintained is not None:
+            rows_per_file, row_group = maintained_layout(table.slice(0, 50_000), *maintained)
+            print(f"  maintained layout: ~{rows_per_file:,} rows a file, ~{row_group:,} a row group",
+                  file=sys.stderr, flush=True)
+            maintained = None
+        # Chunks cover consecutive received_time ranges: whole files of rows_per_file, the rest
+        # carried into the next chunk's first file.
+        pending = table if pending is None else pa.concat_tables([pending, table])
         written += n
+        last = written >= rows
+        start = 0
+        while pending.num_rows - start >= rows_per_file or (last and start < pending.num_rows):
+            write_messages(path, pending.slice(start, rows_per_file), max_row_group_size=row_group)
+            start += rows_per_file
+        pending = pending.slice(start)
         print(f"  wrote {written:,} rows ({time.monotonic() - began:.0f} s)", file=sys.stderr, flush=True)
     return time.monotonic() - began
 
@@ -342,6 +394,9 @@ def summarize_run(rate: float, results: list[dict], before: list[dict], after: l
     when it was due), and the servers' counts during the run."""
     ms = [x * 1000 for r in results for x in r["latencies"]]
     counts = {k: sum(r[k] for r in results) for k in ("pages", "messages", "errors")}
+    # Over every page sent: one that failed (a go-waku client counts it and goes on; a py client's
+    # failure ends the run) is missing, +inf.
+    latency = latency_summary(ms, len(ms) + counts["errors"], digits=2)
     elapsed = max(r["elapsed"] for r in results)
     client_cpu = sum(r["cpu_s"] for r in results)
     per_server = [{k: round(a.get(k, 0) - b.get(k, 0), 3) for k in SERVER_COUNTS} | {"cache_mb": a.get("cache_mb")}
@@ -354,12 +409,12 @@ def summarize_run(rate: float, results: list[dict], before: list[dict], after: l
         "messages": counts["messages"],
         "errors": counts["errors"],
         "client_errors_seen": sorted({r["last_error"] for r in results if r.get("last_error")})[:3],
-        "pages_per_s": round(counts["pages"] / elapsed, 1),
-        "messages_per_s": round(counts["messages"] / elapsed, 1),
-        "latency_p50_ms": round(pct(ms, 50), 2) if ms else None,
-        "latency_p90_ms": round(pct(ms, 90), 2) if ms else None,
-        "latency_p99_ms": round(pct(ms, 99), 2) if ms else None,
-        "latency_max_ms": round(max(ms), 2) if ms else None,
+        "pages_per_s": per_second(counts["pages"], elapsed),
+        "messages_per_s": per_second(counts["messages"], elapsed),
+        "latency_p50_ms": latency.p50,
+        "latency_p90_ms": latency.p90,
+        "latency_p99_ms": latency.p99,
+        "latency_max_ms": latency.max,
         # CPU per page (less sensitive than wall-clock figures to other load on the machine).
         "server_cpu_ms_per_page": round(1000 * server["cpu_s"] / max(1, counts["pages"]), 2),
         "client_cpu_ms_per_page": round(1000 * client_cpu / max(1, counts["pages"]), 2),
@@ -376,26 +431,47 @@ def summarize_run(rate: float, results: list[dict], before: list[dict], after: l
     return run
 
 
-def pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))] if s else float("nan")
+def shipped_defaults() -> dict[str, int]:
+    """The shipped settings the default run uses: conf/pipeline.toml alone (no site file, no
+    environment) and Spark's Parquet row group size from conf/spark-defaults.conf."""
+    from core.config import load_config
+
+    cfg = load_config(environ={})
+    block = 128 * 2**20  # parquet-mr's own default, should the line be gone
+    for line in (REPO_ROOT / "conf" / "spark-defaults.conf").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "spark.hadoop.parquet.block.size":
+            block = int(parts[1])
+    return {"cache_mb": int(cfg.get("store_service.cache_mb")), "preload_mb": int(cfg.get("store_service.preload_mb")),
+            "threads": int(cfg.get("store_service.max_concurrent_queries")),
+            "target_file_bytes": int(cfg.get("store.optimize_target_file_bytes")), "block_bytes": block}
 
 
 def main() -> int:
+    shipped = shipped_defaults()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="200k rows, 15 s")
     ap.add_argument("--rows", type=int)
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--seconds", type=float)
-    ap.add_argument("--row-group", type=int, default=16_384, help="Parquet row group size (rows)")
-    ap.add_argument("--cache-mb", type=int, default=2048)
-    ap.add_argument("--threads", type=int, default=2,
-                    help="store_service.max_concurrent_queries of the server (0: every query inline)")
+    ap.add_argument("--layout", choices=("maintained", "compacted"), default="maintained",
+                    help="maintained: files and row groups as `maintain` leaves them with the shipped settings "
+                         f"({shipped['target_file_bytes'] >> 20} MiB files, {shipped['block_bytes'] >> 20} MiB row "
+                         "groups; default); compacted: files of 250,000 rows, row groups of --row-group rows")
+    ap.add_argument("--row-group", type=int, default=16_384, help="Parquet row group size (rows; --layout compacted)")
+    ap.add_argument("--cache-mb", type=int, default=shipped["cache_mb"],
+                    help=f"the reader's cache a server (default: store_service.cache_mb, {shipped['cache_mb']})")
+    ap.add_argument("--threads", type=int, default=shipped["threads"],
+                    help="store_service.max_concurrent_queries of the server (0: every query inline; default "
+                         f"{shipped['threads']})")
     ap.add_argument("--reuse-streams", action="store_true",
                     help="each client keeps one stream for all its pages (default: a new stream per page)")
-    ap.add_argument("--preload-mb", type=int, default=0,
+    ap.add_argument("--preload-mb", type=int, default=shipped["preload_mb"],
                     help="before serving, read the newest row groups into the cache, up to this much "
-                         "(store_service.preload_mb); default 0: a cold start")
+                         f"(default: store_service.preload_mb, {shipped['preload_mb']}; 0: a cold start)")
+    ap.add_argument("--compacted-2g", action="store_true",
+                    help="the set-up of the figures before issue 40: --layout compacted --cache-mb 2048 "
+                         "--preload-mb 0")
     ap.add_argument("--table", help="the Delta table at this path: reused when it exists, else written there "
                                     "(--rows rows); never deleted")
     ap.add_argument("--keep", action="store_true", help="keep the generated table")
@@ -414,6 +490,8 @@ def main() -> int:
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--client-role", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.compacted_2g:
+        args.layout, args.cache_mb, args.preload_mb = "compacted", 2048, 0
     if args.serve:
         serve(args.serve, args.cache_mb, args.threads, args.preload_mb)
         return 0
@@ -435,8 +513,14 @@ def main() -> int:
     path = args.table or os.path.join(tmp, "messages")
     write_s = None
     if not os.path.exists(os.path.join(path, "_delta_log")):
-        print(f"writing {rows:,} messages to {path}", file=sys.stderr, flush=True)
-        write_s = write_table(path, rows, args.row_group)
+        print(f"writing {rows:,} messages to {path} ({args.layout} layout)", file=sys.stderr, flush=True)
+        if args.layout == "maintained":
+            write_s = write_table(path, rows, args.row_group,
+                                  maintained=(shipped["target_file_bytes"], shipped["block_bytes"]))
+        else:
+            write_s = write_table(path, rows, args.row_group)
+    else:
+        args.layout = "given table"
     from deltalake import DeltaTable
 
     dt = DeltaTable(path)
@@ -509,7 +593,9 @@ def main() -> int:
         "benchmark": "store_query",
         "rows": actual_rows,
         "files": files,
-        "row_group_rows": args.row_group,
+        "layout": args.layout,
+        "row_group_rows": args.row_group if args.layout == "compacted" else None,
+        "cache_mb": args.cache_mb,
         "write_s": None if write_s is None else round(write_s, 1),
         "clients": args.clients,
         "client_procs": len(targets),

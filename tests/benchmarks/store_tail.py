@@ -19,7 +19,8 @@ RATE records/s (the load generator's mix, each stamped with the receive time at 
 due, generated before sending starts); in this process a thread runs pure Python for
 `--hold-ms` every 2 s (0: none), and the consumer under test takes each record through the
 tail's rules. Latency = in the consumer (decoded) -
-receive time, over every valid message offered (its first copy). The process uses the
+receive time, over every valid message offered (its first copy), the records never consumed as
++inf (tests/benchmarks/stats.py: nearest rank; null where a percentile falls on one). The process uses the
 bridge's GC settings (`ingest.cli._quiet_gc`). Consumers: the tail as it ships (TailFollower,
 librdkafka) and, for comparison, the kafka-python loop it replaced (as shipped until session
 14). `--rounds N` repeats the four runs. Full GC collections of the process are counted.
@@ -37,14 +38,20 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import sys
 import threading
 import time
+from pathlib import Path
 
 from core.store_page import StoreQuery
 from core.validation import Limits
 from ingest.store.tail import Tail, stored_form
 from tools.loadgen import GENERATE_S_PER_RECORD, LoadGenerator, LoadProfile
 from tools.processes import free_port, proc_cpu_s
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: `tests` importable
+
+from tests.benchmarks.stats import INF, finite, latency_summary, percentile
 
 
 def main() -> None:
@@ -267,12 +274,15 @@ def gil_latency(rate: float, seconds: float, hold_ms: float, rounds: int, payloa
                 committer.join()
             cpu_s = time.process_time() - cpu - (hold / 1000 * seconds / 2.0 if hold else 0.0)
             broker_cpu = proc_cpu_s(broker.pid) - broker_cpu
-            xs = sorted(x * 1000 for x in late)
+            xs = [x * 1000 for x in late]
+            # the records never consumed count as +inf (stats.py: null where a percentile falls on one)
+            missing = max(0, produced["sent"] - consumed())
+            lateness = latency_summary(xs, len(xs) + missing, digits=1)
             run = {"consumer": client, "hold_ms": hold, "offered": produced["sent"],
                    "undelivered": produced["undelivered"], "consumed": consumed(),
                    "missing": produced["sent"] - consumed(), "valid": len(xs),
-                   "p50_ms": nearest_rank(xs, 0.5, 1), "p99_ms": nearest_rank(xs, 0.99, 1),
-                   "p999_ms": nearest_rank(xs, 0.999, 1), "max_ms": round(xs[-1], 1) if xs else None,
+                   "p50_ms": lateness.p50, "p99_ms": lateness.p99,
+                   "p999_ms": finite(percentile(xs + [INF] * missing, 99.9), 1), "max_ms": lateness.max,
                    "consumer_cpu_s": round(cpu_s, 2), "broker_cpu_s": round(broker_cpu, 2),
                    "load_avg": round(os.getloadavg()[0], 2), **pauses.figures()}
             print(f"{client:>12}  hold {hold:5.0f} ms  p50 {run['p50_ms']} ms  p99 {run['p99_ms']} ms  "
@@ -307,11 +317,6 @@ class TimedTail(Tail):
             now = time.monotonic()
             self.timed_arrived.extend((now, m.message_hash) for m in messages)
         return super().add_locked(messages, coords)
-
-
-def nearest_rank(xs: list[float], q: float, digits: int) -> float | None:
-    """The q-quantile of the sorted `xs` (nearest rank), rounded; None when empty."""
-    return round(xs[min(len(xs) - 1, int(q * len(xs)))], digits) if xs else None
 
 
 def commit(tail: Tail, durable: set[bytes]) -> None:
@@ -364,12 +369,10 @@ class Committer:
             t.join(10)
 
     def figures(self) -> dict:
-        xs = sorted(x * 1000 for x in self.pages)
-        sizes = sorted(self.sizes)
-        return {"commits": len(sizes), "commit_p50": sizes[len(sizes) // 2] if sizes else 0,
-                "pages": len(xs), "page_p50_ms": nearest_rank(xs, 0.5, 2),
-                "page_p99_ms": nearest_rank(xs, 0.99, 2),
-                "page_max_ms": round(xs[-1], 2) if xs else None}
+        pages = latency_summary([x * 1000 for x in self.pages], len(self.pages), digits=2)
+        return {"commits": len(self.sizes), "commit_p50": percentile(self.sizes, 50) or 0,
+                "pages": pages.delivered, "page_p50_ms": pages.p50, "page_p99_ms": pages.p99,
+                "page_max_ms": pages.max}
 
 
 def note_first_copies(messages: list, seen: set[bytes], late: list[float]) -> None:

@@ -20,6 +20,7 @@ import trio
 from core.message import hash_of
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
+from tests.benchmarks.stats import INF, latency_summary
 from tests.integration.test_filter_service import wait_until
 from tests.interop.conftest import CLUSTER, PUBSUB_TOPIC, SHARDS, ClientRun, Interop, js_client
 
@@ -59,12 +60,6 @@ def publish_steady(env: Interop, n: int, rate: float, prefix: str, content_topic
     return sent
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Nearest rank."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))]
-
-
 def push_record_times(env: Interop, peer_id: str, want: set[str]) -> dict[str, int]:
     """When the filter job wrote the push record of each message of `want` (0x hashes) for
     `peer_id` into the bridge's push topic (the records' CreateTime, ms)."""
@@ -89,14 +84,22 @@ def push_record_times(env: Interop, peer_id: str, want: set[str]) -> dict[str, i
 
 
 def push_latencies(client: ClientRun, sent: list[tuple[bytes, int]], timeout: float = 120.0,
-                   env: Interop | None = None) -> dict:
+                   env: Interop | None = None, allow_missing: bool = False) -> dict:
     """Waits until every message of `sent` reached the client (progress, not a deadline: the
-    timeout only bounds a stuck run); their latencies (s) in publication order, the lateness of
-    the last arrival after the last publish, the achieved publish rate, duplicates. With `env`,
-    also the bridge's part: arrival minus the time the filter job wrote the push record."""
+    timeout only bounds a stuck run); their latencies (s) in publication order (+inf for one
+    that never arrived), the lateness of the last arrival after the last publish, the achieved
+    publish rate, duplicates. Percentiles are over every message sent, a missing one as +inf
+    (tests/benchmarks/stats.py; null where one falls on a missing one). Without `allow_missing`
+    a message still missing after `timeout` fails the run; with it (the benchmark), it is counted
+    in `missing`. With `env`, also the bridge's part: arrival minus the time the filter job wrote
+    the push record, over every message sent."""
     want = {"0x" + h.hex() for h, _ in sent}
-    wait_until(lambda: want <= {e["hash"] for e in client.of("push")}, timeout,
-               f"{len(want)} pushes at js-waku")
+    try:
+        wait_until(lambda: want <= {e["hash"] for e in client.of("push")}, timeout,
+                   f"{len(want)} pushes at js-waku")
+    except AssertionError:
+        if not allow_missing:
+            raise
     arrived: dict[str, int] = {}
     duplicates = 0
     for e in client.of("push"):
@@ -105,27 +108,32 @@ def push_latencies(client: ClientRun, sent: list[tuple[bytes, int]], timeout: fl
                 duplicates += 1
             else:
                 arrived[e["hash"]] = e["arrived_ms"]
-    latencies = [arrived["0x" + h.hex()] / 1e3 - ts / 1e9 for h, ts in sent]
+    latencies = [arrived["0x" + h.hex()] / 1e3 - ts / 1e9 if "0x" + h.hex() in arrived else INF for h, ts in sent]
+    delivered = [x for x in latencies if x != INF]
+    summary = latency_summary(delivered, len(sent))
     first_ts, last_ts = sent[0][1] / 1e9, sent[-1][1] / 1e9
     times = arrived.values()
     bridge: dict = {}
     if env is not None:
         peer = next(e for e in client.events if e.get("event") == "connected")["local_peer_id"]
-        written = push_record_times(env, peer, want)
-        assert set(written) == want, f"{len(want) - len(written)} push records not found"
-        part = [arrived[h] / 1e3 - written[h] / 1e3 for h in want]
-        bridge = {"pusher_p50_s": round(percentile(part, 50), 3), "pusher_p99_s": round(percentile(part, 99), 3)}
+        written = push_record_times(env, peer, want & set(arrived))
+        if not allow_missing:
+            assert set(written) == want, f"{len(want) - len(written)} push records not found"
+        part = [arrived[h] / 1e3 - written[h] / 1e3 for h in written]
+        pusher = latency_summary(part, len(want))
+        bridge = {"pusher_p50_s": pusher.p50, "pusher_p99_s": pusher.p99}
     return {
         "messages": len(sent),
         "rate": round((len(sent) - 1) / max(last_ts - first_ts, 1e-9), 1),
         "latencies": latencies,
-        "p50_s": round(percentile(latencies, 50), 3),
-        "p99_s": round(percentile(latencies, 99), 3),
-        "max_s": round(max(latencies), 3),
-        "last_arrival_after_last_publish_s": round(max(times) / 1e3 - last_ts, 3),
+        "p50_s": summary.p50,
+        "p99_s": summary.p99,
+        "max_s": summary.max,
+        "missing": summary.missing,
+        "last_arrival_after_last_publish_s": round(max(times) / 1e3 - last_ts, 3) if times else None,
         # first to last publish, and first to last arrival at js-waku
         "publish_span_s": round(last_ts - first_ts, 3),
-        "arrival_span_s": round((max(times) - min(times)) / 1e3, 3),
+        "arrival_span_s": round((max(times) - min(times)) / 1e3, 3) if times else None,
         "duplicates": duplicates,
         **bridge,
     }
