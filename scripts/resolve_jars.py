@@ -6,6 +6,7 @@
   pyspark already ships in pyspark/jars (matched by artifact name, whatever the version), so
   the driver and executors never see two versions of one library.
 - kafka: conf/jvm/kafka-broker.pom.xml (the embedded broker), on a classpath of its own.
+- junit: conf/jvm/junit.pom.xml (JUnit 5's standalone console launcher, for jvm/test.sh).
 
 Idempotent: a stamp file records the hash of the pom; nothing is downloaded when it matches.
 After this, no run downloads anything (no --packages).
@@ -25,7 +26,11 @@ REPO = Path(__file__).resolve().parent.parent
 JVM_CONF = REPO / "conf" / "jvm"
 CACHE = REPO / ".cache" / "jars"
 SETTINGS = JVM_CONF / "maven-settings.xml"
-SETS = {"spark": JVM_CONF / "spark-deps.pom.xml", "kafka": JVM_CONF / "kafka-broker.pom.xml"}
+SETS = {
+    "spark": JVM_CONF / "spark-deps.pom.xml",
+    "kafka": JVM_CONF / "kafka-broker.pom.xml",
+    "junit": JVM_CONF / "junit.pom.xml",
+}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 VERSIONED_JAR = re.compile(r"^(?P<name>.+?)-\d[\w.\-]*\.jar$")
 

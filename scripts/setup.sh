@@ -55,7 +55,7 @@ else
   say ".venv up to date"
 fi
 
-# 3. JVM jars from Maven Central into .cache/jars (no download at run time).
+# 3. JVM jars from Maven Central into .cache/jars (no download at run time; JUnit's for jvm/test.sh too).
 .venv/bin/python scripts/resolve_jars.py || exit 2
 
 # 4. The JVM protobuf decoder (stands in for spark-protobuf, see docs/decisions.md).
