@@ -670,6 +670,13 @@ public final class CriteriaIndex {
     return idx;
   }
 
+  /** Makes `idx` (an {@link #offline} index) the one {@link #forConfig} returns for its configuration,
+   *  as if bootstrapped: for tests of {@link CriteriaMatch} without Kafka. {@link #closeAll} forgets it. */
+  static void install(CriteriaIndex idx) {
+    INDEXES.put(idx.config, idx);
+    last = idx;
+  }
+
   /** Every criterion held, live or not: "peer\tbridge\tpubsub\tcontent\tprotocol\trequest id\tlive time"
    *  lines (live time = max(criterion time, peer refresh)). */
   public synchronized List<String> rows() {

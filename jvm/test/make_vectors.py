@@ -1,0 +1,122 @@
+"""The JVM tests' protobuf vectors: real encodings by Python's protobuf (the bridge's encoder) of
+WakuMessages, IngestRecords with the PushRecords PushEncode must make of them, and a
+SubscriptionEvent, with the values each holds; written to jvm/test/vectors.json.
+
+    python jvm/test/make_vectors.py           # rewrite jvm/test/vectors.json
+    python jvm/test/make_vectors.py --check   # exit 1 if it differs from what the schemas give
+
+Bytes are hex in the file; doubles are written as Python's repr, which Java parses to the same value.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent.parent
+OUT = Path(__file__).resolve().parent / "vectors.json"
+sys.path.insert(0, str(REPO))
+
+from schemas import pipeline_records_pb2 as records  # noqa: E402  (the repo root is put on the path first)
+from schemas import waku_message_pb2 as wm  # noqa: E402
+
+# An unknown field (number 99, a varint): a newer peer's addition, kept by decoders that copy.
+UNKNOWN_FIELD = bytes([0x98, 0x06, 0x2A])
+
+
+def message_fields(m: wm.WakuMessage) -> dict[str, Any]:
+    """The values ProtoDecode gives, by field name; null for absent fields with presence."""
+
+    def opt(name: str) -> Any:
+        return getattr(m, name) if m.HasField(name) else None
+
+    return {
+        "payload": m.payload.hex(),
+        "content_topic": m.content_topic,
+        "version": opt("version"),
+        "legacy_timestamp": opt("legacy_timestamp"),
+        "timestamp": opt("timestamp"),
+        "meta": m.meta.hex() if m.HasField("meta") else None,
+        "rate_limit_proof": m.rate_limit_proof.hex() if m.HasField("rate_limit_proof") else None,
+        "ephemeral": opt("ephemeral"),
+    }
+
+
+def messages() -> list[dict[str, Any]]:
+    cases = [
+        ("empty", wm.WakuMessage()),
+        ("minimal", wm.WakuMessage(payload=b"hello", content_topic="/app/1/chat/proto")),
+        ("every_field", wm.WakuMessage(
+            payload=bytes(range(256)), content_topic="/waku/2/default-content/proto", version=1,
+            timestamp=1_732_615_200_123_456_789, meta=b"\x01\x02", rate_limit_proof=b"\xff" * 32,
+            ephemeral=True)),
+        ("unsigned_and_negative", wm.WakuMessage(
+            content_topic="/t/1/unicode-\u00e9\u4e2d\U0001f600/proto", version=4_294_967_295,
+            timestamp=-1, ephemeral=False)),
+        ("legacy_timestamp", wm.WakuMessage(payload=b"old", content_topic="/t/1/a/b", legacy_timestamp=1.5e9)),
+        ("explicit_zeros", wm.WakuMessage(version=0, timestamp=0, meta=b"", rate_limit_proof=b"")),
+    ]
+    out = []
+    for name, m in cases:
+        out.append({"name": name, "hex": m.SerializeToString().hex(), "fields": message_fields(m)})
+    m = wm.WakuMessage(payload=b"x", content_topic="/t/1/u/proto")
+    out.append({"name": "unknown_field", "hex": (m.SerializeToString() + UNKNOWN_FIELD).hex(),
+                "fields": message_fields(m)})
+    return out
+
+
+def ingests() -> list[dict[str, Any]]:
+    """IngestRecords and the PushRecord of each for peer "16Uiu2peer", hash 0xab*32, "v2", "req-1"."""
+    message = wm.WakuMessage(payload=b"push me", content_topic="/app/1/push/proto", timestamp=42).SerializeToString()
+    odd_message = message + UNKNOWN_FIELD  # copied byte for byte, never re-encoded
+    cases = [
+        ("full", records.IngestRecord(
+            pubsub_topic="/waku/2/rs/1/0", received_time=1732615200.25, source=records.RELAY, bridge_id="b1"),
+         message),
+        ("no_topic_no_time", records.IngestRecord(source=records.LIGHTPUSH), message),
+        ("message_with_unknown_field", records.IngestRecord(pubsub_topic="/waku/2/rs/1/7"), odd_message),
+        ("empty_message", records.IngestRecord(pubsub_topic="/waku/2/rs/1/0", received_time=1.0), b""),
+    ]
+    out = []
+    for name, ingest, raw in cases:
+        ingest.message.SetInParent()
+        ingest.message.ParseFromString(raw)
+        push = records.PushRecord(peer_id="16Uiu2peer", pubsub_topic=ingest.pubsub_topic, message_hash=b"\xab" * 32,
+                                  protocol="v2", request_id="req-1", received_time=ingest.received_time)
+        push.message.CopyFrom(ingest.message)
+        assert push.message.SerializeToString() == raw  # unknown fields kept, in place
+        out.append({"name": name, "hex": ingest.SerializeToString().hex(), "message": raw.hex(),
+                    "push": push.SerializeToString().hex()})
+    return out
+
+
+def events() -> list[dict[str, Any]]:
+    e = records.SubscriptionEvent(
+        peer_id="16Uiu2peer", bridge_id="bridge-a", op=records.SUBSCRIBE, pubsub_topic="/waku/2/rs/1/0",
+        content_topics=["/a/1/x/proto", "/a/1/y/proto"], event_time=1732615200.5, request_id="r1", protocol="v2")
+    return [{"name": "subscribe", "hex": e.SerializeToString().hex()}]
+
+
+def vectors() -> str:
+    data = {"waku_message": messages(), "ingest": ingests(), "subscription_event": events()}
+    return json.dumps(data, indent=1, ensure_ascii=True) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="write the JVM tests' protobuf vectors")
+    parser.add_argument("--check", action="store_true", help="exit 1 if jvm/test/vectors.json is stale")
+    args = parser.parse_args()
+    text = vectors()
+    if args.check:
+        if not OUT.exists() or OUT.read_text() != text:
+            print(f"error: {OUT.relative_to(REPO)} is stale: run python jvm/test/make_vectors.py", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
