@@ -1,5 +1,5 @@
 # make run   : set everything up, then run the local pipeline (embedded Kafka, store job, demo)
-# make test  : set everything up, then lint and type-check (scripts/check.sh) and run the tests
+# make test  : set everything up, then lint and type-check (scripts/check.sh), run the JVM tests (jvm/test.sh) and the tests
 .PHONY: setup run test unit check lock schemas clean
 
 setup:
@@ -11,6 +11,7 @@ run: setup
 test:
 	bash scripts/setup.sh --with-interop
 	bash scripts/check.sh
+	bash jvm/test.sh
 	.venv/bin/python -m pytest -q
 
 check: setup
