@@ -378,6 +378,7 @@ class RelayPubsub(Pubsub):
         self.max_messages_per_rpc = max(1, max_messages_per_rpc)
         self.out_rate_per_peer = out_rate_per_peer
         self.out_burst_per_peer = max(1, out_burst_per_peer)
+        self._last_stamp = 0.0  # the last receive time handed to the sink
         self.receive_window = receive_window
         bound_receive_windows(receive_window)
         self._warn_sub = _RateLimitedWarning(log)
@@ -442,6 +443,12 @@ class RelayPubsub(Pubsub):
         self.router.forward(msg_forwarder, msg, mid)  # type: ignore[attr-defined]
         if self.sink is not None:
             if msg_forwarder != self.my_id:
+                # Messages of one read share their frame's arrival time: stamps step on by 1 µs
+                # so that they stay distinct and in the order received (a peer's publication
+                # order is the store order; a tie would fall back to the digest).
+                if received_time <= self._last_stamp:
+                    received_time = self._last_stamp + STAMP_STEP_S
+                self._last_stamp = received_time
                 for t in topics:
                     if t in self.subscribed_topics_send:
                         await self.sink(t, waku_msg, msg.data, mid, received_time, arrival)  # type: ignore[arg-type]
@@ -572,6 +579,9 @@ class RelayPubsub(Pubsub):
             log.debug("relay: sending loop for %s ended with an error", peer_id, exc_info=True)
             self._handle_dead_peer(peer_id)
 
+
+# Receive times of messages that arrived in one read are this far apart (RelayPubsub.push_msg).
+STAMP_STEP_S = 1e-6
 
 _AUTOTUNE = YamuxStream._apply_autotune_epoch  # py-libp2p 0.8.1's
 
