@@ -65,6 +65,19 @@ class V3Plan:
     include_data: bool = True
 
 
+def whole_millisecond(bound: int) -> int:
+    """A time bound as the client meant it. js-waku (0.0.36) sends a Date's milliseconds times
+    10^6 computed in float64 (`BigInt(date.getTime() * 1e6)`), which rounds to a multiple of
+    256 ns unless the millisecond is divisible by 4: a window bounded by a message's own
+    timestamp then missed it. A bound that is exactly that rounding of a whole millisecond is
+    read as the millisecond; every other bound is taken as sent (integer nanoseconds)."""
+    ms = (bound + 500_000) // 1_000_000
+    exact = ms * 1_000_000
+    if bound != exact and abs(ms) < 2**53 and int(float(ms) * 1e6) == bound:
+        return exact
+    return bound
+
+
 def plan_v3(req: pb3.StoreQueryRequest, limits: StoreLimits) -> tuple[V3Plan | None, tuple[int, str] | None]:
     """(the plan, None) or (None, (status code, reason)) for a StoreQueryRequest, with the
     reference nodes' rules: at most max_content_topics, none empty; a time window that is not
@@ -86,8 +99,8 @@ def plan_v3(req: pb3.StoreQueryRequest, limits: StoreLimits) -> tuple[V3Plan | N
         return None, (BAD_REQUEST, f"more than {limits.max_content_topics} content topics")
     if any(not c for c in cts):
         return None, (BAD_REQUEST, "empty content topic")
-    start = req.time_start if req.HasField("time_start") else None
-    end = req.time_end if req.HasField("time_end") else None
+    start = whole_millisecond(req.time_start) if req.HasField("time_start") else None
+    end = whole_millisecond(req.time_end) if req.HasField("time_end") else None
     if start is not None and end is not None and start > end:
         return None, (BAD_REQUEST, "time_start is after time_end")
     cursor = bytes(req.pagination_cursor) if req.HasField("pagination_cursor") else None
