@@ -31,6 +31,8 @@ const DEFAULTS = {
   forward: true,
   maxPages: 1000,
   hashes: undefined, // comma-separated hex message hashes: a lookup by hash
+  timeStartMs: undefined, // a time window, as js-waku takes it: Dates (milliseconds)
+  timeEndMs: undefined,
   // lightpush / relay-publish
   count: 1,
   lightpushVersion: "auto",
@@ -51,6 +53,8 @@ const FLAGS = {
   "--page-size": ["pageSize", "int"],
   "--max-pages": ["maxPages", "int"],
   "--hashes": ["hashes", "string"],
+  "--time-start-ms": ["timeStartMs", "number"],
+  "--time-end-ms": ["timeEndMs", "number"],
   "--count": ["count", "int"],
   "--lightpush-version": ["lightpushVersion", "string"],
   "--linger": ["linger", "number"],

@@ -228,6 +228,9 @@ export async function cmdStore(node, opts, r, state) {
   const decoder = createDecoder(opts.contentTopic, r.routingInfo);
   const queryOptions = { paginationForward: opts.forward };
   if (opts.pageSize !== undefined) queryOptions.paginationLimit = opts.pageSize;
+  // js-waku sends a Date bound as BigInt(getTime() * 1e6), computed in float64.
+  if (opts.timeStartMs !== undefined) queryOptions.timeStart = new Date(opts.timeStartMs);
+  if (opts.timeEndMs !== undefined) queryOptions.timeEnd = new Date(opts.timeEndMs);
   if (opts.hashes) {
     // A lookup by hash: js-waku sends the decoder's pubsub topic along with the hashes.
     queryOptions.messageHashes = opts.hashes
