@@ -26,7 +26,7 @@ A query that cannot be served (`check_query` gives a reason) gets an empty page.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -224,10 +224,6 @@ def history_pages(fetch: Callable[[StoreQuery], Page], query: StoreQuery,
         if page.cursor is None:
             return
         query = query.with_cursor(page.cursor)
-
-
-def sort_messages(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
-    return sorted(messages, key=key_of)
 
 
 def _optional_bytes(row: Any, key: str) -> bytes | None:

@@ -6,7 +6,7 @@ functions of ingest/store/protocol.py.
 
 Per stream: read frames until the peer closes (one query per stream, as nwaku clients do, or
 several); answer each with a HistoryRPC response carrying its request_id. An unservable query
-(too many content topics, a bad cursor; see pipeline/store_query.check_query) or a failing
+(too many content topics, a bad cursor; see core/store_page.check_query) or a failing
 read gets an empty response and is counted by reason; bytes that are not a HistoryRPC, an
 oversized or broken frame, or silence for request_timeout_s close the stream (counted).
 A page whose row groups are in the reader's cache is answered inline; one that must read

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from core.config import Config, ConfigError
 from core.kafka import librdkafka_options
 from core.settings import local_path
-from core.store_page import Index, StoredMessage, StoreQuery, in_window
+from core.store_page import StoredMessage, StoreQuery, in_window
 from core.validation import Limits, decode_ingest, rejection_reason
 
 if TYPE_CHECKING:
@@ -707,7 +707,3 @@ def _merge(lst: list[Key], keys: list[Key]) -> None:
     rest.sort()
     lst[at:] = rest
 
-
-def at_or_before(index: Index, cursor: Index, forward: bool) -> bool:
-    """Whether `index` lies on the near side of a partial page's frontier `cursor`."""
-    return index <= cursor if forward else index >= cursor

@@ -46,10 +46,6 @@ class BatchDecision:
         return {h: v for h, v in self.first.items() if h not in known}
 
     @property
-    def min_received(self) -> float:
-        return min(v[0] for v in self.first.values())
-
-    @property
     def max_received(self) -> float:
         return max(v[0] for v in self.first.values())
 

@@ -6,7 +6,7 @@ Layout of `messages` (justified with measurements in docs/store-layout.md):
 - inside a partition, each micro-batch writes files range-partitioned on received_time and
   sorted by (received_time, digest), so file min/max statistics on received_time are tight and
   a cursor range plus topic filter skips almost every file; `maintain` compacts small files
-  keeping that order (OPTIMIZE ZORDER BY received_time, content_topic);
+  keeping that order (OPTIMIZE ... ZORDER BY received_time: on one column, a sort);
 - statistics are collected only on the columns queries filter on (not on payload).
 """
 from __future__ import annotations
