@@ -235,7 +235,8 @@ class Bridge:
 
     async def _update_gauges(self) -> None:
         """Gauges, a status line every STATUS_EVERY_S while messages flow, and a watch on the
-        producer: if its thread died the bridge stops with an error."""
+        producers (relay's, the filter service's): if a feeder thread died the bridge stops with an
+        error (a non-zero exit), never serves half-working."""
         last_status = trio.current_time()
         last = self._counts()
         while True:
@@ -245,6 +246,9 @@ class Bridge:
                 self.metrics.streams_open.set(self.stream_gate.total)
             if self.producer is not None and self.producer.failed is not None:
                 raise BridgeError(f"kafka producer failed: {self.producer.failed}")
+            filter_producer = self.filter.producer if self.filter is not None else None
+            if filter_producer is not None and filter_producer.failed is not None:
+                raise BridgeError(f"the filter service's kafka producer failed: {filter_producer.failed}")
             if trio.current_time() - last_status >= STATUS_EVERY_S:
                 counts = self._counts()
                 if counts != last:

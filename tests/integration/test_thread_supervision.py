@@ -67,3 +67,46 @@ def test_push_consumer_killed_is_restarted_and_misses_nothing(kafka: str):
         trio.run(main)
     finally:
         producer.close()
+
+
+def test_a_dead_filter_producer_stops_the_bridge(kafka: str, tmp_path, monkeypatch):
+    """The filter service's Kafka producer thread dies: the bridge stops with an error (a
+    non-zero exit for `waku-bridge run`) instead of answering every SUBSCRIBE 503 forever."""
+    from core.config import load_config
+    from ingest import kafka_producer
+    from ingest.filter import service as filter_service
+    from ingest.metrics import BridgeMetrics
+    from ingest.node import Bridge, BridgeError
+    from ingest.settings import BridgeSettings
+
+    class DyingProducer(kafka_producer.IngestProducer):
+        def _feed_loop(self) -> None:
+            time.sleep(0.5)
+            raise RuntimeError("feeder killed by the test")
+
+    monkeypatch.setattr(filter_service, "IngestProducer", DyingProducer)
+    tag = uuid.uuid4().hex[:8]
+    cfg = load_config([
+        f"kafka.bootstrap_servers={kafka}", f"topics.messages=test.supervision.{tag}.messages",
+        f"topics.subscriptions=test.supervision.{tag}.subscriptions",
+        f"topics.push_prefix=test.supervision.{tag}.push.", f"bridge.key_file={tmp_path / 'key'}",
+        "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1", "bridge.metrics_port=-1",
+        "store_service.enabled=false",
+    ], environ={})
+    create_topic(kafka, cfg.get("topics.messages"), 1)
+    bridge = Bridge(BridgeSettings.from_config(cfg), metrics=BridgeMetrics(), out=open("/dev/null", "w"))
+
+    async def main() -> None:
+        with trio.fail_after(300):
+            await bridge.run()
+
+    with pytest.raises(BaseException) as info:  # the BridgeError comes inside trio's exception group
+        trio.run(main)
+    assert any(isinstance(e, BridgeError) and "filter service's kafka producer failed" in str(e)
+               for e in _leaves(info.value)), info.value
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [exc]
