@@ -44,8 +44,9 @@ from tools.processes import free_port, start_bridge, start_publisher  # noqa: E4
 TOPIC = "waku.messages"
 
 
-def scrape(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+def scrape(port: int, timeout: float = 5.0) -> dict[str, float]:
+    """A bridge's Prometheus samples by name (labels included)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout).read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):

@@ -29,12 +29,12 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
+from tests.benchmarks import relay_bridge  # noqa: E402
 from tests.benchmarks.stats import latency_summary  # noqa: E402
 from tools.embedded_kafka import EmbeddedKafka  # noqa: E402
 from tools.processes import free_port, start_bridge  # noqa: E402
@@ -45,13 +45,7 @@ CONTENT_TOPIC = "/flat/1/out/proto"
 
 
 def scrape(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-    return out
+    return relay_bridge.scrape(port, timeout=10)
 
 
 def total(sample: dict[str, float], prefix: str) -> float:
