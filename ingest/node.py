@@ -259,6 +259,14 @@ class Bridge:
                 last, last_status = counts, trio.current_time()
             await trio.sleep(0.5)
 
+    def health_problems(self) -> list[str]:
+        """What keeps this bridge from serving fully, one line each (empty: healthy): a background
+        thread that died or keeps failing. Read by the REST API's /health."""
+        problems: list[str] = []
+        if self.producer is not None and self.producer.failed is not None:
+            problems.append(f"kafka producer: {self.producer.failed}")
+        return problems
+
     def _counts(self) -> dict[str, float]:
         v = self.metrics.value
         return {
