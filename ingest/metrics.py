@@ -44,6 +44,11 @@ class BridgeMetrics(RelayObserver):
                                        "Inbound streams whose handler ended in an error, by protocol "
                                        "and kind (network: the peer reset or left; handler: a bug)",
                                        ["protocol", "kind"], registry=r)
+        self.thread_failures = Gauge("waku_bridge_thread_failures",
+                                     "Times a background thread failed and was started again, by thread",
+                                     ["thread"], registry=r)
+        self.thread_alive = Gauge("waku_bridge_thread_alive", "1 while a background thread runs, by thread",
+                                  ["thread"], registry=r)
         self.ack_latency = Histogram("waku_bridge_ack_latency_seconds",
                                      "From a message's arrival to Kafka's acknowledgement",
                                      buckets=LATENCY_BUCKETS, registry=r)

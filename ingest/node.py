@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, TextIO
 from wsgiref.simple_server import WSGIServer
 
@@ -33,6 +34,7 @@ from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
 from ingest.settings import BridgeSettings, node_shards
 from ingest.store.server import StoreServer
+from ingest.threads import RECENT_FAILURE_S, SupervisedThread
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
 
@@ -45,6 +47,15 @@ MAX_REDIAL_S = 300.0
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class ThreadState:
+    """A background thread of the bridge: running, how often it failed (and was started again)."""
+    name: str
+    alive: bool
+    failures: int
+    failed: BaseException | None
 
 
 class BridgeError(Exception):
@@ -88,6 +99,8 @@ class Bridge:
         self.filter: FilterService | None = None  # the filter service, when settings.filter is set
         self.metadata: MetadataService | None = None
         self.lightpush: LightpushService | None = None
+        # Per thread, (its failure count, when that count was first seen): health_problems.
+        self._thread_failures: dict[str, tuple[int, float]] = {}
 
     def stop(self) -> None:
         """Ask `run` to shut down (from the trio thread)."""
@@ -235,8 +248,9 @@ class Bridge:
 
     async def _update_gauges(self) -> None:
         """Gauges, a status line every STATUS_EVERY_S while messages flow, and a watch on the
-        producers (relay's, the filter service's): if a feeder thread died the bridge stops with an
-        error (a non-zero exit), never serves half-working."""
+        background threads (`threads()`): if a producer's feeder failed, or any thread ended, the
+        bridge stops with an error (a non-zero exit), never serves half-working. (Threads that
+        restart themselves after a failure are counted in waku_bridge_thread_failures.)"""
         last_status = trio.current_time()
         last = self._counts()
         while True:
@@ -244,6 +258,12 @@ class Bridge:
                 self.metrics.peers.set(len(self.pubsub.peers))
             if self.stream_gate is not None:
                 self.metrics.streams_open.set(self.stream_gate.total)
+            for t in self.threads():
+                self.metrics.thread_alive.labels(t.name).set(1 if t.alive else 0)
+                self.metrics.thread_failures.labels(t.name).set(t.failures)
+                if not t.alive and not self._stop.is_set():  # ended by what its loop does not catch
+                    raise BridgeError(f"background thread {t.name} died"
+                                      + (f": {_one_line(t.failed)}" if t.failed is not None else ""))
             if self.producer is not None and self.producer.failed is not None:
                 raise BridgeError(f"kafka producer failed: {self.producer.failed}")
             filter_producer = self.filter.producer if self.filter is not None else None
@@ -259,12 +279,40 @@ class Bridge:
                 last, last_status = counts, trio.current_time()
             await trio.sleep(0.5)
 
+    def threads(self) -> list[ThreadState]:
+        """The background threads of this bridge's services, as they are now."""
+        out: list[ThreadState] = []
+        for name, producer in (("relay-kafka-feeder", self.producer),
+                               ("filter-kafka-feeder", self.filter.producer if self.filter else None)):
+            if producer is not None:  # a failure stops the bridge (_update_gauges)
+                out.append(ThreadState(name, producer.failed is None, 1 if producer.failed else 0, producer.failed))
+        consumer = self.filter.consumer if self.filter is not None else None
+        if consumer is not None:
+            out.append(ThreadState("push-consumer", consumer.alive, consumer.failures, consumer.failed))
+        if self.store is not None:
+            if self.store.follower is not None:
+                f = self.store.follower
+                out.append(ThreadState("store-tail", f.alive, f.failures, f.failed))
+            follower = getattr(self.store.reader, "follower", None)
+            if isinstance(follower, SupervisedThread):
+                out.append(ThreadState(follower.name, follower.alive, follower.failures, follower.failed))
+        return out
+
     def health_problems(self) -> list[str]:
         """What keeps this bridge from serving fully, one line each (empty: healthy): a background
-        thread that died or keeps failing. Read by the REST API's /health."""
+        thread that is not running, or failed (and was started again) in the last minute. Read by
+        the REST API's /health; the same threads are `waku_bridge_thread_{alive,failures}`."""
         problems: list[str] = []
-        if self.producer is not None and self.producer.failed is not None:
-            problems.append(f"kafka producer: {self.producer.failed}")
+        now = time.monotonic()
+        for t in self.threads():
+            seen = self._thread_failures.get(t.name)
+            if seen is None or seen[0] != t.failures:
+                seen = self._thread_failures[t.name] = (t.failures, now if t.failures else -RECENT_FAILURE_S)
+            error = "" if t.failed is None else f": {_one_line(t.failed)}"
+            if not t.alive:
+                problems.append(f"thread {t.name} is not running{error}")
+            elif now - seen[1] < RECENT_FAILURE_S:
+                problems.append(f"thread {t.name} failed {t.failures} times and was started again, last{error}")
         return problems
 
     def _counts(self) -> dict[str, float]:

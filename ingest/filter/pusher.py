@@ -75,6 +75,11 @@ class PushConsumer:
         self.consumed = 0
         self.cpu_s = 0.0  # this thread's CPU time in polls that returned records (stage "consume")
 
+    @property
+    def alive(self) -> bool:
+        """The thread runs (read by the bridge's health and `waku_bridge_thread_alive`)."""
+        return self._thread.is_alive()
+
     def start(self) -> None:
         self._thread.start()
 

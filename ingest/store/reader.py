@@ -57,6 +57,7 @@ from core.store_page import (
     page_size_of,
 )
 from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_STATS_COLUMNS
+from ingest.threads import SupervisedThread
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -455,7 +456,7 @@ class StoreReader:
         self._footers: dict[str, list[tuple[int, _Stats]]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: SupervisedThread | None = None  # follow()
         self.row_groups_read = 0
         self._hashes = _HashIndex()
         self._indexed_version: int | None = None  # every data file of this snapshot version is indexed
@@ -554,21 +555,25 @@ class StoreReader:
         if self._thread is not None:
             return
 
-        def loop() -> None:
+        def loop(stop: threading.Event) -> None:
+            if self._thread is not None and self._thread.failures:  # started again after a failure
+                self.refresh()
             if self.tail is not None:  # the tail waits for the index: index first
                 self.index_hashes()
                 self.hashes_ready.set()
             self.preload()
             self.index_hashes()
             self.hashes_ready.set()
-            while not self._stop.wait(self.settings.refresh_interval_s):
+            while not stop.wait(self.settings.refresh_interval_s):
                 version = self.snapshot.version if self.snapshot else None
                 if self.refresh() != version:
                     self.preload()
                     self.index_hashes()
 
         self.refresh()
-        self._thread = threading.Thread(target=loop, name="store-reader-follow", daemon=True)
+        # A failure (a file gone under the reader, a storage error) is counted and the loop started
+        # again: a dead follower would serve one table version forever and let the tail grow.
+        self._thread = SupervisedThread("store-reader-follow", loop)
         self._thread.start()
 
     def preload(self, mb: int | None = None) -> int:
@@ -661,9 +666,15 @@ class StoreReader:
                 return StoredMessage.from_mapping(g.table.slice(row, 1).to_pylist()[0])
         return None
 
+    @property
+    def follower(self) -> SupervisedThread | None:
+        """The follow() thread, when started (its failures, its problem())."""
+        return self._thread
+
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
+            self._thread.stop()
             self._thread.join(timeout=5)
             self._thread = None
 

@@ -467,6 +467,11 @@ class TailFollower:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="store-tail", daemon=True)
 
+    @property
+    def alive(self) -> bool:
+        """The thread runs (read by the bridge's health and `waku_bridge_thread_alive`)."""
+        return self._thread.is_alive()
+
     def start(self) -> None:
         """Start following; a Kafka client option librdkafka refuses raises ConfigError here."""
         self._consumer = self._open()

@@ -110,3 +110,81 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for e in exc.exceptions for leaf in _leaves(e)]
     return [exc]
+
+
+def _thread_bridge(kafka: str, tmp_path):
+    from core.config import load_config
+    from ingest.metrics import BridgeMetrics
+    from ingest.node import Bridge
+    from ingest.settings import BridgeSettings
+
+    tag = uuid.uuid4().hex[:8]
+    cfg = load_config([
+        f"kafka.bootstrap_servers={kafka}", f"topics.messages=test.threads.{tag}.messages",
+        f"topics.subscriptions=test.threads.{tag}.subscriptions",
+        f"topics.push_prefix=test.threads.{tag}.push.", f"bridge.key_file={tmp_path / 'key'}",
+        "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1", "bridge.metrics_port=-1",
+        f"warehouse.root={tmp_path / 'warehouse'}", f"warehouse.checkpoints={tmp_path / 'checkpoints'}",
+        "store_service.refresh_interval_s=0.1",
+    ], environ={})
+    create_topic(kafka, cfg.get("topics.messages"), 1)
+    return Bridge(BridgeSettings.from_config(cfg), metrics=BridgeMetrics(), out=open("/dev/null", "w"))
+
+
+def test_each_background_thread_killed_is_counted_shown_and_started_again(kafka: str, tmp_path):
+    """Each of the bridge's restartable threads (filter push consumer, store tail, store reader's
+    follower), killed by an exception raised inside it, is started again, counted in
+    waku_bridge_thread_failures{thread} and reported by health_problems() (the REST API's
+    /health) until a minute has passed."""
+    from tests.unit.test_thread_deaths import kill
+
+    bridge = _thread_bridge(kafka, tmp_path)
+    names = ("push-consumer", "store-tail", "store-reader-follow")
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(bridge.run)
+            await _until(lambda: {t.name for t in bridge.threads()} >= set(names))  # the filter starts after
+            assert bridge.health_problems() == []
+            for name in names:
+                await _until(lambda n=name: _state(bridge, n).alive)
+                kill(name, RuntimeError)
+                await _until(lambda n=name: _state(bridge, n).failures == 1 and _state(bridge, n).alive)
+                await _until(lambda n=name: bridge.metrics.value("waku_bridge_thread_failures", thread=n) == 1)
+                assert bridge.metrics.value("waku_bridge_thread_alive", thread=name) == 1
+                assert any(name in p and "started again" in p for p in bridge.health_problems())
+            bridge.stop()
+
+    async def _until(predicate, timeout: float = 120.0) -> None:
+        with trio.fail_after(timeout):
+            while not predicate():
+                await trio.sleep(0.05)
+
+    trio.run(main)
+
+
+def test_a_thread_ended_by_what_its_loop_does_not_catch_stops_the_bridge(kafka: str, tmp_path):
+    """SystemExit raised inside the push consumer (its loop restarts after an Exception only)
+    ends the thread: the bridge stops with an error naming it (a non-zero exit for
+    `waku-bridge run`), never answers SUBSCRIBE 200 with nothing to push."""
+    from ingest.node import BridgeError
+    from tests.unit.test_thread_deaths import kill
+
+    bridge = _thread_bridge(kafka, tmp_path)
+
+    async def main() -> None:
+        with trio.fail_after(300):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(bridge.run)
+                while not any(t.name == "push-consumer" and t.alive for t in bridge.threads()):
+                    await trio.sleep(0.05)
+                kill("push-consumer", SystemExit)
+                await trio.sleep_forever()
+
+    with pytest.raises(BaseException) as info:
+        trio.run(main)
+    assert any(isinstance(e, BridgeError) and "push-consumer died" in str(e) for e in _leaves(info.value)), info.value
+
+
+def _state(bridge, name: str):
+    return next(t for t in bridge.threads() if t.name == name)

@@ -1,0 +1,81 @@
+"""Background threads killed under the bridge's services are counted, reported and started
+again (issue 40): `ingest/threads.SupervisedThread` and the store reader's follow thread, killed
+by an exception raised inside the running thread (CPython's PyThreadState_SetAsyncExc, as a
+fault would end it), not by a flag the code checks."""
+from __future__ import annotations
+
+import ctypes
+import random
+import threading
+import time
+
+import pyarrow as pa
+
+from ingest.store.reader import MESSAGES_ARROW_SCHEMA, ReaderSettings, StoreReader, write_messages
+from ingest.threads import SupervisedThread
+from tests.unit.test_store_query import random_rows
+
+
+def kill(thread_name: str, exc: type[BaseException] = SystemExit) -> None:
+    """Raise `exc` inside the running thread named `thread_name`."""
+    target = [t for t in threading.enumerate() if t.name == thread_name]
+    assert len(target) == 1, [t.name for t in threading.enumerate()]
+    ident = target[0].ident
+    assert ident is not None
+    done = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc))
+    assert done == 1
+
+
+def until(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_killed_supervised_thread_is_counted_reported_and_started_again():
+    rounds: list[int] = []
+
+    def body(stop: threading.Event) -> None:
+        rounds.append(len(rounds))
+        while not stop.wait(0.01):
+            pass
+
+    t = SupervisedThread("test-supervised", body, restart_after_s=0.05)
+    assert t.problem() is None
+    t.start()
+    until(lambda: len(rounds) == 1)
+    kill("test-supervised")
+    until(lambda: len(rounds) == 2)
+    assert t.failures == 1 and isinstance(t.failed, SystemExit) and t.alive
+    problem = t.problem()
+    assert problem is not None and "test-supervised" in problem and "restarted" in problem
+    t.stop()
+    t.join(5)
+    assert not t.alive and t.problem() is not None  # recent failure still reported, never "not running"
+    assert "not running" not in (t.problem() or "")
+
+
+def test_a_killed_store_reader_follower_keeps_following_new_versions(tmp_path):
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    rnd = random.Random(seed)
+    rows = random_rows(rnd, 60)  # (its rows have unique indexes: maybe fewer)
+    rows.sort(key=lambda r: (r["received_time"], r["digest"]))
+    path = str(tmp_path / "messages")
+    write_messages(path, pa.Table.from_pylist(rows[:30], schema=MESSAGES_ARROW_SCHEMA))
+    reader = StoreReader(ReaderSettings(path, refresh_interval_s=0.05))
+    reader.follow()
+    try:
+        until(reader.hashes_ready.is_set)
+        first = reader.snapshot.version if reader.snapshot else None
+        follower = reader.follower
+        assert follower is not None
+        kill("store-reader-follow")
+        until(lambda: follower.failures == 1)
+        write_messages(path, pa.Table.from_pylist(rows[30:], schema=MESSAGES_ARROW_SCHEMA))
+        until(lambda: reader.snapshot is not None and reader.snapshot.version != first)
+        assert follower.alive and follower.failures == 1
+        assert sum(f.stats.rows for f in reader.snapshot.files) == len(rows)
+    finally:
+        reader.close()
