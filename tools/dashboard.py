@@ -232,6 +232,7 @@ PANELS = [
     ("bridge", "Bridge: received, accepted, produced (/s)", "/s"),
     ("rejected", "Bridge: rejected by reason (/s)", "/s"),
     ("dropped", "Bridge: dropped by reason (/s)", "/s"),
+    ("threads", "Background threads: failures (restarted) and not running; job query failures", "count"),
 ]
 
 
@@ -321,6 +322,11 @@ class Dashboard:
                            **live.rate("waku_bridge_produced_total", prefix="produced")},
                 "rejected": live.rate("waku_bridge_rejected_total", "reason"),
                 "dropped": live.rate("waku_bridge_dropped_total", "reason"),
+                # A thread that died stops its bridge (a target down); one restarted shows its count.
+                "threads": {**live.gauge("waku_bridge_thread_failures", "thread", suffix=" failures"),
+                            **{k: [[t, 1.0 - v] for t, v in pts] for k, pts in
+                               live.gauge("waku_bridge_thread_alive", "thread", suffix=" not running").items()},
+                            **live.gauge("waku_job_query_failures_total", "job", suffix=" query failures")},
             }
             totals = {name: _last_total(live, metric) for name, metric in (
                 ("received", "waku_bridge_received_total"), ("produced", "waku_bridge_produced_total"),

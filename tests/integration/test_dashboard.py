@@ -35,7 +35,7 @@ CONTENT_TOPIC = "/dashboard/1/chat/proto"
 # Panels that must show non-zero data in this run (lag may rightly be 0, nothing is dropped).
 MUST_HAVE_DATA = ("throughput", "batch_duration", "quarantine", "store_rows", "store_growth", "subscriptions",
                   "pushes", "bridge")
-ALL_PANELS = MUST_HAVE_DATA + ("lag", "rejected", "dropped")
+ALL_PANELS = MUST_HAVE_DATA + ("lag", "rejected", "dropped", "threads")
 
 
 def chromium() -> str:
