@@ -134,7 +134,8 @@ public final class CriteriaIndex {
   volatile long lastEventMs;
   volatile String error = "";
   private volatile boolean stopped;
-  private Thread follower;
+  Thread follower;  // package-private: a test ends it
+  final AtomicLong followerFailures = new AtomicLong();
 
   private CriteriaIndex(String config) {
     this.config = config;
@@ -178,6 +179,7 @@ public final class CriteriaIndex {
 
   /** Live subscribers of (pubsub topic, content topic) now. */
   public List<Sub> match(String pubsubTopic, String contentTopic) {
+    checkFollower();
     lookups.incrementAndGet();
     if (pubsubTopic == null || contentTopic == null) {
       return List.of();
@@ -298,19 +300,34 @@ public final class CriteriaIndex {
         try {
           apply(consumer.poll(Duration.ofMillis(pollMs)));
           error = "";
+          if (System.currentTimeMillis() > nextPurge) {
+            purgeExpired();
+            nextPurge = System.currentTimeMillis() + 30_000;
+          }
         } catch (RuntimeException e) {  // broker away: the consumer reconnects on the next poll
+          followerFailures.incrementAndGet();
           error = e.toString();
           Thread.sleep(500);
-        }
-        if (System.currentTimeMillis() > nextPurge) {
-          purgeExpired();
-          nextPurge = System.currentTimeMillis() + 30_000;
         }
       }
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
+    } catch (Error e) {  // the thread ends: match() fails from now on (see checkFollower)
+      error = e.toString();
+      throw e;
     } finally {
       consumer.close();
+    }
+  }
+
+  /** A follower that ended while the index is in use would leave matches stale (new
+   *  subscriptions never pushed): the lookup fails instead, so the filter job stops with an error
+   *  (a non-zero exit) and is started again from its checkpoint, never serving half-working. */
+  void checkFollower() {
+    Thread f = follower;
+    if (f != null && !stopped && !f.isAlive()) {
+      throw new IllegalStateException("criteria index: its follower of " + topic + " ended ("
+          + (error.isEmpty() ? "no error recorded" : error) + "); matching against a stale index refused");
     }
   }
 
@@ -651,6 +668,8 @@ public final class CriteriaIndex {
       m.put("bootstrap_ms", i.bootstrapMs);
       m.put("last_event_ms", i.lastEventMs);
       m.put("error", i.error);
+      m.put("follower_failures", i.followerFailures.get());
+      m.put("follower_alive", i.follower == null || i.follower.isAlive());
       try {
         sb.append(JSON.writeValueAsString(m));
       } catch (IOException e) {

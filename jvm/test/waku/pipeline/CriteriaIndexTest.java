@@ -276,4 +276,18 @@ class CriteriaIndexTest {
     assertEquals(List.of(), new CriteriaMatch().call(null, "/a", idx.config));
     assertTrue(CriteriaIndex.stats().contains("\"criteria\":1"), CriteriaIndex.stats());
   }
+
+  @Test
+  void aFollowerThatEndedMakesEveryLookupFail() throws Exception {
+    CriteriaIndex idx = index();
+    idx.applyEvent(event("peer-a", "bridge-1", CriteriaIndex.OP_SUBSCRIBE, now(), "/a/1/x/proto"));
+    assertEquals(1, idx.match(TOPIC, "/a/1/x/proto").size());
+    Thread ended = new Thread(() -> { });
+    ended.start();
+    ended.join();
+    idx.follower = ended;
+    IllegalStateException e = org.junit.jupiter.api.Assertions.assertThrows(
+        IllegalStateException.class, () -> idx.match(TOPIC, "/a/1/x/proto"));
+    assertTrue(e.getMessage().contains("follower"), e.getMessage());
+  }
 }
