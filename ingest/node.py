@@ -21,6 +21,7 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from core.message import check_message
 from core.records import ingest_key, ingest_value
+from core.threads import RECENT_FAILURE_S, SupervisedThread
 from ingest.filter.service import FilterService
 from ingest.host import ListenError, StreamGate, build_host, check_listen_addrs, dial, listen_addrs, tls_server_context
 from ingest.identity import load_or_create_key, peer_id_of
@@ -34,7 +35,6 @@ from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
 from ingest.settings import BridgeSettings, node_shards
 from ingest.store.server import StoreServer
-from ingest.threads import RECENT_FAILURE_S, SupervisedThread
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
 

@@ -57,7 +57,7 @@ from core.store_page import (
     page_size_of,
 )
 from core.tables import MESSAGES_COLUMNS, MESSAGES_PARTITION_BY, MESSAGES_STATS_COLUMNS
-from ingest.threads import SupervisedThread
+from core.threads import SupervisedThread
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

@@ -1,5 +1,5 @@
 """Background threads killed under the bridge's services are counted, reported and started
-again (issue 40): `ingest/threads.SupervisedThread` and the store reader's follow thread, killed
+again (issue 40): `core/threads.SupervisedThread` and the store reader's follow thread, killed
 by an exception raised inside the running thread (CPython's PyThreadState_SetAsyncExc, as a
 fault would end it), not by a flag the code checks."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 
 import pyarrow as pa
 
+from core.threads import SupervisedThread
 from ingest.store.reader import MESSAGES_ARROW_SCHEMA, ReaderSettings, StoreReader, write_messages
-from ingest.threads import SupervisedThread
 from tests.unit.test_store_query import random_rows
 
 

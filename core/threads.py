@@ -1,12 +1,12 @@
-"""Background threads of the bridge that are never left dead.
+"""Background threads that are never left dead (the bridge's services, the jobs' drivers).
 
 A `SupervisedThread` runs its body in a daemon thread until `stop()`. When the body raises, the
 failure is counted (`failures`, `failed`, `failed_at`), logged (with its traceback the first
 time, one line after) and the body is started again after `restart_after_s`: a thread that dies
 would otherwise leave the bridge answering while doing nothing (a store that never sees a new
-table version, a filter that pushes nothing). `problem()` is what the bridge's health reports
-(`Bridge.health_problems`, the REST API's /health) and the metrics
-`waku_bridge_thread_failures{thread}` / `waku_bridge_thread_alive{thread}` show.
+table version, a job whose metrics stop). In the bridge, `Bridge.threads()` reads them for its
+health (`Bridge.health_problems`, the REST API's /health) and the metrics
+`waku_bridge_thread_failures{thread}` / `waku_bridge_thread_alive{thread}`.
 
 Threads whose death cannot be recovered in place (the Kafka producers' feeders: records in
 flight would be lost) are not supervised here: the bridge stops with an error instead
