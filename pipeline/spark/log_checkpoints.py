@@ -91,6 +91,7 @@ class LogCheckpointer:
         self._thread: threading.Thread | None = None
         self._again = False
         self.written: list[tuple[str, int, str]] = []  # (path, version, "delta-rs" | "spark")
+        self.failures = 0  # times the thread ended in an error (started again by the next poke)
 
     def poke(self) -> None:
         with self._lock:
@@ -114,12 +115,20 @@ class LogCheckpointer:
             thread.join(timeout)
 
     def _drain(self) -> None:
-        while True:
-            self.check_all()
+        try:
+            while True:
+                self.check_all()
+                with self._lock:
+                    if not self._again:
+                        self._thread = None
+                        return
+                    self._again = False
+        except BaseException as exc:  # counted; the next commit's poke starts a new thread
+            self.failures += 1
+            log.error("delta log checkpoints: thread failed (%d so far; the next commit starts it again): %s: %s",
+                      self.failures, type(exc).__name__, exc, exc_info=self.failures == 1)
             with self._lock:
-                if not self._again:
-                    self._thread = None
-                    return
+                self._thread = None
                 self._again = False
 
     def check_all(self) -> None:

@@ -35,7 +35,7 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,7 @@ from core.job_metrics import (
 )
 from core.settings import WarehouseSettings, local_path
 from core.tables import JOB_LOG_PROPERTIES
+from core.threads import SupervisedThread
 from pipeline.spark.delta import ensure_properties, ensure_table, retry_conflicts
 from pipeline.spark.log_checkpoints import LogCheckpointer
 
@@ -260,6 +261,9 @@ class JobExporter:
                                    registry=r)
         self.active = Gauge(f"{p}query_active", "1 while the query runs", q, registry=r)
         self.failures = Counter(f"{p}query_failures", "Queries terminated by an exception", q, registry=r)
+        self.thread_failures = Gauge(f"{p}thread_failures",
+                                     "Times a thread of the job's driver failed and was started again",
+                                     ["job", "thread"], registry=r)
 
     def record(self, row: Mapping[str, Any]) -> None:
         labels = (row["job"], row.get("query_name") or row["job"])
@@ -310,10 +314,10 @@ class JobMetrics:
         self._write_lock = threading.Lock()
         self._listener: Any = None                       # the JVM-side ProgressQueue
         self._events_lock = threading.Lock()
-        self._events_thread: threading.Thread | None = None
+        self._events_thread: SupervisedThread | None = None
         self._server: WSGIServer | None = None
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: SupervisedThread | None = None
         self._checkpoints: LogCheckpointer | None = None
         self._local = local_path(settings.table)  # None: an object store, Spark appends
         self._rs_table: DeltaTable | None = None  # delta-rs's handle of the table, kept between appends
@@ -333,15 +337,19 @@ class JobMetrics:
         assert jvm is not None  # a live session has its gateway
         self._listener = jvm.waku.pipeline.ProgressQueue()
         self.spark._jsparkSession.streams().addListener(self._listener)
-        self._events_thread = threading.Thread(target=self._event_loop, name=f"job-metrics-events-{self.settings.job}",
-                                               daemon=True)
-        self._events_thread.start()
+        # Both threads are started again after a failure, counted in waku_job_thread_failures.
+        self._events_thread = self._supervised(f"job-metrics-events-{self.settings.job}", self._event_loop)
         # Every job appends here: the log is checkpointed beside the appends (Spark's own
         # checkpoints are off on this table, pipeline/spark/log_checkpoints.py).
         self._checkpoints = LogCheckpointer([self.settings.table], spark=self.spark)
-        self._thread = threading.Thread(target=self._write_loop, name=f"job-metrics-{self.settings.job}", daemon=True)
-        self._thread.start()
+        self._thread = self._supervised(f"job-metrics-{self.settings.job}", self._write_loop)
         return self
+
+    def _supervised(self, name: str, loop: Callable[[], None]) -> SupervisedThread:
+        thread = SupervisedThread(name, lambda _stop: loop())
+        self.exporter.thread_failures.labels(self.settings.job, name).set_function(lambda: thread.failures)
+        thread.start()
+        return thread
 
     def watch(self, query_name: str) -> None:
         """Record the query of this name (call before it starts)."""
@@ -360,11 +368,15 @@ class JobMetrics:
 
     # listener side: the events the JVM-side listener queued, taken in order
     def _event_loop(self) -> None:
+        said = ""
         while not self._stop.wait(EVENT_POLL_S):
             try:
                 self.take_events()
+                said = ""
             except Exception as exc:  # noqa: BLE001 - the JVM is going away, or a py4j hiccup
-                log.warning("job metrics: taking listener events failed: %s", exc)
+                if str(exc) != said:  # once per distinct error, not every poll
+                    log.warning("job metrics: taking listener events failed: %s", exc)
+                said = str(exc)
 
     def take_events(self) -> int:
         """Handle every event the listener has queued so far; returns how many."""
@@ -417,11 +429,15 @@ class JobMetrics:
 
     # writer side
     def _write_loop(self) -> None:
+        said = ""
         while not self._stop.wait(self.settings.write_interval_s):
             try:
                 self.write_pending()
+                said = ""
             except Exception as exc:  # noqa: BLE001 - the rows stay queued for the next round
-                log.warning("job metrics: append to %s failed: %s", self.settings.table, exc)
+                if str(exc) != said:  # once per distinct error
+                    log.warning("job metrics: append to %s failed: %s", self.settings.table, exc)
+                said = str(exc)
 
     def write_pending(self) -> int:
         """Append every queued row to Delta job_metrics in one commit; returns how many."""
@@ -508,12 +524,14 @@ class JobMetrics:
         with self._events_lock:
             self._listener = None
         if self._events_thread is not None:
+            self._events_thread.stop()
             self._events_thread.join(5)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
         if self._thread is not None:
+            self._thread.stop()
             self._thread.join(5)
 
 

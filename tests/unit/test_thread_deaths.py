@@ -79,3 +79,50 @@ def test_a_killed_store_reader_follower_keeps_following_new_versions(tmp_path):
         assert sum(f.stats.rows for f in reader.snapshot.files) == len(rows)
     finally:
         reader.close()
+
+
+def test_a_jobs_metrics_thread_killed_is_started_again_and_exported(tmp_path):
+    """The job driver's metrics threads (listener events, Delta appends) run supervised: killed,
+    they start again, counted in waku_job_thread_failures{job,thread}."""
+    from pipeline.spark.metrics import JobMetrics, JobMetricsSettings
+
+    metrics = JobMetrics(None, JobMetricsSettings("store", str(tmp_path / "job_metrics")))  # type: ignore[arg-type]
+    rounds: list[int] = []
+
+    def loop() -> None:
+        rounds.append(1)
+        while not metrics._stop.wait(0.01):
+            pass
+
+    thread = metrics._supervised("job-metrics-test", loop)
+    thread.restart_after_s = 0.05
+    try:
+        until(lambda: len(rounds) == 1)
+        kill("job-metrics-test")
+        until(lambda: len(rounds) == 2)
+        value = metrics.registry.get_sample_value("waku_job_thread_failures",
+                                                  {"job": "store", "thread": "job-metrics-test"})
+        assert value == 1
+    finally:
+        metrics._stop.set()
+        thread.stop()
+        thread.join(5)
+
+
+def test_a_failed_log_checkpoint_thread_is_started_again_by_the_next_commit(tmp_path, monkeypatch):
+    from pipeline.spark.log_checkpoints import LogCheckpointer
+
+    checkpointer = LogCheckpointer([str(tmp_path / "t")], interval=10)
+    calls: list[int] = []
+
+    def check_all() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise SystemExit("killed by the test")
+
+    monkeypatch.setattr(checkpointer, "check_all", check_all)
+    checkpointer.poke()
+    until(lambda: checkpointer.failures == 1 and checkpointer._thread is None)
+    checkpointer.poke()
+    checkpointer.wait()
+    assert len(calls) == 2 and checkpointer.failures == 1
