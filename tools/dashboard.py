@@ -326,6 +326,7 @@ class Dashboard:
                 "threads": {**live.gauge("waku_bridge_thread_failures", "thread", suffix=" failures"),
                             **{k: [[t, 1.0 - v] for t, v in pts] for k, pts in
                                live.gauge("waku_bridge_thread_alive", "thread", suffix=" not running").items()},
+                            **live.gauge("waku_job_thread_failures", "thread", suffix=" failures"),
                             **live.gauge("waku_job_query_failures_total", "job", suffix=" query failures")},
             }
             totals = {name: _last_total(live, metric) for name, metric in (
