@@ -23,6 +23,7 @@ from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
 from libp2p.custom_types import StreamHandlerFn, TProtocol
 from libp2p.io.exceptions import IOException
+from libp2p.io.trio import TrioTCPStream
 from libp2p.network.swarm import Swarm
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
@@ -31,7 +32,7 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.exceptions import MuxedConnError, MuxedStreamError
 from libp2p.stream_muxer.mplex.mplex import MPLEX_PROTOCOL_ID, Mplex
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
-from libp2p.stream_muxer.yamux.yamux import Yamux
+from libp2p.stream_muxer.yamux.yamux import Yamux, YamuxStream
 from libp2p.transport.websocket.multiaddr_utils import parse_websocket_multiaddr
 from libp2p.transport.websocket.transport import WebsocketTransport
 
@@ -380,6 +381,66 @@ def forget_closed(host: IHost, peer_id: ID) -> int:
     return dropped
 
 
+# What one socket read asks for (py-libp2p 0.8.1 asks for exactly what the layer above wants:
+# a noise frame's 2-byte length, then its body; two syscalls a relay message).
+TCP_READ_BYTES = 64 * 1024
+
+_PLAIN_TCP_READ = TrioTCPStream.read  # py-libp2p 0.8.1's
+_PLAIN_WINDOW_UPDATE = YamuxStream._auto_tune_and_send_window_update  # py-libp2p 0.8.1's
+
+
+async def _buffered_tcp_read(self: TrioTCPStream, n: int | None = None) -> bytes:
+    """Replaces TrioTCPStream.read: reads up to TCP_READ_BYTES from the socket into a buffer
+    and serves reads of `n` bytes from it (one syscall for many noise frames; py-libp2p reads
+    each frame's length prefix and body with a syscall each)."""
+    if n == 0:
+        return b""
+    while True:
+        buf: bytes = self._waku_rbuf  # type: ignore[attr-defined]
+        pos: int = self._waku_rpos  # type: ignore[attr-defined]
+        if pos < len(buf):
+            end = len(buf) if n is None else min(len(buf), pos + n)
+            self._waku_rpos = end  # type: ignore[attr-defined]
+            return buf[pos:end] if pos or end < len(buf) else buf
+        data = await _PLAIN_TCP_READ(self, TCP_READ_BYTES if n is None else max(n, TCP_READ_BYTES))
+        if self._waku_rpos < len(self._waku_rbuf):  # type: ignore[attr-defined]
+            # another task's read filled the buffer meanwhile: ours come after its bytes
+            self._waku_rbuf = self._waku_rbuf[self._waku_rpos:] + data  # type: ignore[attr-defined]
+            self._waku_rpos = 0  # type: ignore[attr-defined]
+            continue
+        if not data:
+            return data
+        self._waku_rbuf, self._waku_rpos = data, 0  # type: ignore[attr-defined]
+
+
+async def _window_update_at_half(self: YamuxStream, *, bytes_read: int = 0) -> None:
+    """Replaces YamuxStream._auto_tune_and_send_window_update: go-yamux's rule, a WINDOW_UPDATE
+    once the window the peer has left (plus what is buffered unread) is half the target or
+    less. py-libp2p 0.8.1 sends one after nearly every read (its "partial slack" branch credits
+    the bytes read twice): with a reader that keeps pace, one noise-encrypted frame and a
+    syscall per relay message, and a receive window that creeps past its target. Auto-tuning
+    (`_apply_autotune_epoch`, bounded by the relay's `bound_receive_windows`) applies when an
+    update goes out, as before."""
+    async with self.window_lock:
+        buffered = len(self.conn.stream_buffers.get(self.stream_id, b""))
+        delta = self.target_recv_window - (self.recv_window + buffered)
+        if delta <= 0 or delta < self.target_recv_window // 2:
+            return
+        self.recv_window += delta
+        self._pending_recv_release = 0
+        delta += self._apply_autotune_epoch(buffered)
+    await self.send_window_update(delta, skip_lock=True)
+
+
+def fewer_io_calls() -> None:
+    """Buffered TCP reads and half-window yamux updates for every connection of this process
+    (idempotent)."""
+    TrioTCPStream._waku_rbuf = b""  # type: ignore[attr-defined]  # per instance once read
+    TrioTCPStream._waku_rpos = 0  # type: ignore[attr-defined]
+    TrioTCPStream.read = _buffered_tcp_read  # type: ignore[method-assign]
+    YamuxStream._auto_tune_and_send_window_update = _window_update_at_half  # type: ignore[method-assign]
+
+
 def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
                muxers: Sequence[str] = ("yamux", "mplex"), *, tls_server: ssl.SSLContext | None = None,
                tls_client: ssl.SSLContext | None = None,
@@ -402,6 +463,7 @@ def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
         tls_client_config=tls_client,
         addrs_factory=lambda candidates: advertised(candidates, announce),
     )
+    fewer_io_calls()
     swarm = cast(Swarm, host.get_network())  # py-libp2p's one INetworkService
     swarm.auto_connector.maybe_connect = _no_auto_dials  # type: ignore[method-assign]  # replaced on purpose
     if tls_server is not None and any(_is_plain_ws(a) for a in addrs):

@@ -1,0 +1,128 @@
+"""The bridge's read path I/O (issue 41, relay read rate): TCP reads through a buffer (one
+syscall for many noise frames) and yamux WINDOW_UPDATEs at half the window (go-yamux's rule),
+both replacing py-libp2p 0.8.1 methods whose source is pinned here."""
+from __future__ import annotations
+
+import hashlib
+import inspect
+
+import trio
+from libp2p.io.trio import TrioTCPStream
+from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, YamuxStream
+
+from ingest import host
+
+# sha256 (first 16 hex digits) of inspect.getsource() of each replaced method in libp2p==0.8.1.
+FINGERPRINTS = {
+    "TrioTCPStream.read": "c606ac89ec9d0eae",
+    "YamuxStream._auto_tune_and_send_window_update": "6ebcbd822fe7f996",
+}
+
+
+def test_replaced_libp2p_io_code_is_unchanged():
+    for fn in (host._PLAIN_TCP_READ, host._PLAIN_WINDOW_UPDATE):
+        digest = hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
+        assert digest == FINGERPRINTS[fn.__qualname__], f"libp2p changed {fn.__qualname__}: review ingest/host.py"
+
+
+def test_fewer_io_calls_installs_both():
+    host.fewer_io_calls()
+    assert TrioTCPStream.read is host._buffered_tcp_read
+    assert YamuxStream._auto_tune_and_send_window_update is host._window_update_at_half
+
+
+class _Socket:
+    """A trio SocketStream stand-in: receive_some returns the next chunk, b"" at the end."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.calls: list[int | None] = []
+
+    async def receive_some(self, n: int | None = None) -> bytes:
+        self.calls.append(n)
+        await trio.lowlevel.checkpoint()
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+def test_buffered_reads_serve_exact_sizes_from_one_socket_read():
+    host.fewer_io_calls()
+    data = bytes(range(256)) * 40  # 10,240 bytes in two socket chunks
+    sock = _Socket([data[:6000], data[6000:]])
+    stream = TrioTCPStream(sock)  # type: ignore[arg-type]
+
+    async def main() -> list[bytes]:
+        out = []
+        for n in (2, 1000, 5000, 2998, 100, None, 7):  # a read never spans two socket chunks
+            out.append(await stream.read(n))
+        return out
+
+    parts = trio.run(main)
+    assert [len(p) for p in parts] == [2, 1000, 4998, 2998, 100, 1142, 0]
+    assert b"".join(parts) == data
+    assert sock.calls == [host.TCP_READ_BYTES] * 3  # two chunks and the end, whatever n asked
+    assert stream.read.__func__ is host._buffered_tcp_read  # type: ignore[attr-defined]
+
+
+def test_read_of_zero_bytes_reads_nothing():
+    host.fewer_io_calls()
+    sock = _Socket([b"abc"])
+    stream = TrioTCPStream(sock)  # type: ignore[arg-type]
+    assert trio.run(stream.read, 0) == b""
+    assert sock.calls == []
+
+
+class _Conn:
+    def __init__(self) -> None:
+        self.stream_buffers: dict[int, bytearray] = {1: bytearray()}
+
+
+class _Stream:
+    """What _window_update_at_half reads and writes of a YamuxStream."""
+
+    _apply_autotune_epoch = YamuxStream._apply_autotune_epoch
+    _effective_rtt = lambda self: 0.0  # noqa: E731 - no RTT measured: no auto-tuning
+
+    def __init__(self) -> None:
+        self.window_lock = trio.Lock()
+        self.conn = _Conn()
+        self.stream_id = 1
+        self.target_recv_window = DEFAULT_WINDOW_SIZE
+        self.recv_window = DEFAULT_WINDOW_SIZE
+        self._pending_recv_release = 0
+        self.epoch_start = 0.0
+        self.sent: list[int] = []
+
+    async def send_window_update(self, increment: int, skip_lock: bool = False) -> None:
+        self.sent.append(increment)
+
+
+def test_window_update_only_once_half_the_window_is_consumed():
+    """Reads of 1 KiB messages as they arrive: an update every 128 KiB, each restoring the
+    window to its target (py-libp2p 0.8.1 sent one per read and over-credited the peer)."""
+    s = _Stream()
+
+    async def main() -> None:
+        for _ in range(1000):
+            s.recv_window -= 1024  # a 1 KiB frame arrived ...
+            await host._window_update_at_half(s, bytes_read=1024)  # type: ignore[arg-type]  # ... and was read
+            assert 0 < s.recv_window <= s.target_recv_window
+
+    trio.run(main)
+    half = DEFAULT_WINDOW_SIZE // 2
+    assert s.sent == [half] * (1000 * 1024 // half)
+
+
+def test_window_update_counts_what_is_buffered_unread():
+    s = _Stream()
+    s.recv_window = 0  # the peer used the whole window; half of it still unread
+
+    async def main() -> None:
+        s.conn.stream_buffers[1] += b"x" * (DEFAULT_WINDOW_SIZE // 2 + 1)
+        await host._window_update_at_half(s, bytes_read=0)  # type: ignore[arg-type]
+        assert s.sent == []
+        del s.conn.stream_buffers[1][:2]
+        await host._window_update_at_half(s, bytes_read=2)  # type: ignore[arg-type]
+
+    trio.run(main)
+    assert s.sent == [DEFAULT_WINDOW_SIZE // 2 + 1]
+    assert s.recv_window == DEFAULT_WINDOW_SIZE // 2 + 1
