@@ -95,6 +95,47 @@ def delta_rows(path: Path, columns: list[str]) -> list[dict]:
         return []
 
 
+def stack_overrides(tmp: Path, kafka_port: int, metrics_port: int, topic: str) -> list[str]:
+    """`--set` items of a local run in `tmp` on free ports: the bridge on cluster 1, every shard,
+    topics named after `topic`'s prefix (other benchmarks start the stack the same way)."""
+    prefix = topic.rsplit(".", 1)[0]
+    return [
+        f"embedded_kafka.port={kafka_port}", f"embedded_kafka.controller_port={free_port()}",
+        f"embedded_kafka.data_dir={tmp / 'kafka'}",
+        f"topics.messages={topic}", f"topics.subscriptions={prefix}.subscriptions",
+        f"topics.push_prefix={prefix}.push.",
+        f"warehouse.root={tmp / 'warehouse'}", f"warehouse.checkpoints={tmp / 'var' / 'checkpoints'}",
+        f"bridge.key_file={tmp / 'bridge.key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
+        "bridge.ws_port=-1", f"bridge.metrics_port={metrics_port}",
+        "bridge.cluster_id=1", "bridge.num_shards_in_cluster=8", "bridge.pubsub_topics=", "bridge.all_shards=true",
+        f"job_metrics.store_port={free_port()}", f"job_metrics.subscriptions_port={free_port()}",
+        f"job_metrics.filter_port={free_port()}", f"dashboard.port={free_port()}",
+    ]
+
+
+def start_local_run(overrides: list[str], run_log: Path) -> subprocess.Popen:
+    """`tools.local_run --no-demo --no-dashboard` with `overrides`, in its own session, output to `run_log`."""
+    argv = [sys.executable, "-m", "tools.local_run", "--no-demo", "--no-dashboard"]
+    for o in overrides:
+        argv += ["--set", o]
+    return subprocess.Popen(argv, cwd=REPO_ROOT, stdout=run_log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def wait_local_run(local: subprocess.Popen, run_log: Path, timeout_s: float = 900) -> str:
+    """The bridge's TCP address once the local run is up (the store job made its table)."""
+    addr = None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and local.poll() is None:
+        text = run_log.read_text()
+        m = re.search(r"bridge listening on (/ip4/127\.0\.0\.1/tcp/\d+/p2p/\w+)", text)
+        addr = addr or (m.group(1) if m else None)
+        if addr and re.search(r"rows in the Delta store: \d+", text):  # the store job made its table
+            return addr
+        time.sleep(1)
+    raise RuntimeError(f"local_run did not come up: {run_log.read_text()[-3000:]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="how long go-waku publishes")
@@ -110,17 +151,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="relay-flat-out-"))
     kafka_port, metrics_port = free_port(), free_port()
     topic = "flat.messages"
-    overrides = [
-        f"embedded_kafka.port={kafka_port}", f"embedded_kafka.controller_port={free_port()}",
-        f"embedded_kafka.data_dir={tmp / 'kafka'}",
-        f"topics.messages={topic}", "topics.subscriptions=flat.subscriptions", "topics.push_prefix=flat.push.",
-        f"warehouse.root={tmp / 'warehouse'}", f"warehouse.checkpoints={tmp / 'var' / 'checkpoints'}",
-        f"bridge.key_file={tmp / 'bridge.key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
-        "bridge.ws_port=-1", f"bridge.metrics_port={metrics_port}",
-        "bridge.cluster_id=1", "bridge.num_shards_in_cluster=8", "bridge.pubsub_topics=", "bridge.all_shards=true",
-        f"job_metrics.store_port={free_port()}", f"job_metrics.subscriptions_port={free_port()}",
-        f"job_metrics.filter_port={free_port()}", f"dashboard.port={free_port()}",
-    ]
+    overrides = stack_overrides(tmp, kafka_port, metrics_port, topic)
     run_log = tmp / "local_run.log"
     local = kafka = bridge = None
     loads: list[float] = []
@@ -136,22 +167,8 @@ def main() -> int:
             addr = bridge.tcp_addr
         else:
             print(f"starting Kafka, the three Spark jobs and the bridge (logs in {tmp}) ...", flush=True)
-            argv = [sys.executable, "-m", "tools.local_run", "--no-demo", "--no-dashboard"]
-            for o in overrides:
-                argv += ["--set", o]
-            local = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=run_log.open("w"), stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-            addr = None
-            deadline = time.monotonic() + 900
-            while time.monotonic() < deadline and local.poll() is None:
-                text = run_log.read_text()
-                m = re.search(r"bridge listening on (/ip4/127\.0\.0\.1/tcp/\d+/p2p/\w+)", text)
-                addr = addr or (m.group(1) if m else None)
-                if addr and re.search(r"rows in the Delta store: \d+", text):  # the store job made its table
-                    break
-                time.sleep(1)
-            if local.poll() is not None or addr is None:
-                raise RuntimeError(f"local_run did not come up: {run_log.read_text()[-3000:]}")
+            local = start_local_run(overrides, run_log)
+            addr = wait_local_run(local, run_log)
         print(f"bridge at {addr}; load {load1():.1f}; go-waku publishes flat out for {args.seconds:.0f} s", flush=True)
 
         sampling = True
