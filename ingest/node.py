@@ -33,6 +33,7 @@ from ingest.metrics import DROP_REASONS, BridgeMetrics
 from ingest.relay.codec import Reject
 from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
+from ingest.rest.cache import MessageCache
 from ingest.settings import BridgeSettings, node_shards
 from ingest.store.server import StoreServer
 from schemas import pipeline_records_pb2 as pr
@@ -99,6 +100,9 @@ class Bridge:
         self.filter: FilterService | None = None  # the filter service, when settings.filter is set
         self.metadata: MetadataService | None = None
         self.lightpush: LightpushService | None = None
+        # The REST API's relay message cache (settings.rest): accepted messages of its topics.
+        self.rest_cache: MessageCache | None = None
+        self.rest_url: str | None = None
         # Per thread, (its failure count, when that count was first seen): health_problems.
         self._thread_failures: dict[str, tuple[int, float]] = {}
 
@@ -111,6 +115,8 @@ class Bridge:
         assert self.producer is not None
         await self.producer.put(ingest_key(topic, msg), ingest_value(topic, data, received_time, self.bridge_id),
                                 arrival)
+        if self.rest_cache is not None:
+            self.rest_cache.add(topic, msg)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Start, report started (task_status) once listening and joined, run until stop(),
@@ -197,6 +203,12 @@ class Bridge:
                                                 client_options=self.settings.client_options,
                                                 registry=self.metrics.registry)
                     nursery.start_soon(self.filter.run)
+                rest = self.settings.rest
+                if rest is not None:  # the REST API (ingest/rest/), on this trio loop
+                    from ingest.rest.server import serve_rest
+                    self.rest_cache = MessageCache(rest.relay_cache_capacity, self.settings.pubsub_topics)
+                    self.rest_url = await nursery.start(serve_rest, self, rest, self.rest_cache)
+                    print(f"rest api on {self.rest_url}", file=self.out, flush=True)
                 task_status.started(self)
                 await self._stop.wait()
                 nursery.cancel_scope.cancel()
@@ -209,6 +221,16 @@ class Bridge:
             ingest_key(topic, accepted.message),
             ingest_value(topic, accepted.data, time.time(), self.bridge_id, pr.LIGHTPUSH),
             time.perf_counter(), self.settings.lightpush_timeout_s)
+
+    async def publish(self, topic: str, message: WakuMessage, data: bytes) -> int | None:
+        """A message of our own (the REST API's relay publish): into Kafka (source relay, as the
+        store keeps what the node relays), then on relay. The number of relay peers it went to;
+        None when Kafka did not acknowledge it within lightpush_timeout_s (not relayed)."""
+        assert self.producer is not None
+        stored = await self.producer.put_acked(
+            ingest_key(topic, message), ingest_value(topic, data, time.time(), self.bridge_id, pr.RELAY),
+            time.perf_counter(), self.settings.lightpush_timeout_s)
+        return await self._relay(topic, data) if stored else None
 
     async def _relay(self, topic: str, data: bytes) -> int:
         """Publish on relay; the number of relay peers it goes to (mesh, else fanout)."""

@@ -15,6 +15,7 @@ from ingest.filter.settings import FilterSettings
 from ingest.host import StreamLimits
 from ingest.metadata.protocol import NodeShards
 from ingest.relay.codec import Limits
+from ingest.rest.settings import RestSettings
 from ingest.store.server import StoreServiceSettings
 
 
@@ -55,6 +56,7 @@ class BridgeSettings:
     stream_limits: StreamLimits = StreamLimits()
     store: StoreServiceSettings | None = None  # the store service ([store_service]); None: off
     filter: FilterSettings | None = None  # the filter service ([filter]); None: off
+    rest: RestSettings | None = None  # the REST API ([rest]); None: off
 
     @classmethod
     def from_config(cls, config: Config) -> BridgeSettings:
@@ -145,6 +147,7 @@ class BridgeSettings:
             stream_limits=StreamLimits(per_peer=b["max_streams_per_peer"], total=b["max_streams_total"]),
             store=StoreServiceSettings.from_config(config) if config.get("store_service.enabled") else None,
             filter=FilterSettings.from_config(config, topics[0], topics) if config.get("filter.enabled") else None,
+            rest=RestSettings.from_config(config) if config.get("rest.enabled") else None,
         )
 
 

@@ -240,7 +240,7 @@ class StoreServer:
         page = None
         query, reason = plan(rpc, self.settings.limits)
         if query is not None:
-            reason = await self._refusal(stream)
+            reason = await self._refusal(peer_of(stream))
             if reason is not None:
                 query = None
         if query is not None:
@@ -258,11 +258,16 @@ class StoreServer:
 
 
     async def _answer_v3(self, req: pb3.StoreQueryRequest, stream: INetStream) -> bytes:
+        return await self.query_v3(req, peer_of(stream))
+
+    async def query_v3(self, req: pb3.StoreQueryRequest, peer: str) -> bytes:
+        """The StoreQueryResponse (serialized) to `req` from `peer` (a libp2p peer id; "rest" for
+        the REST API's GET /store/v3/messages): one plan, limits, refusals and metrics for both."""
         began = time.perf_counter()
         self.metrics.queries.inc()
         plan3, refusal = plan_v3(req, self.settings.limits)
         if plan3 is not None:
-            reason = await self._refusal(stream)
+            reason = await self._refusal(peer)
             if reason is not None:
                 self.metrics.rejected.labels(reason).inc()
                 plan3, refusal = None, V3_REFUSALS[reason]
@@ -280,7 +285,7 @@ class StoreServer:
             out = codec_v3.response(req.request_id, code, detail, messages, plan3.include_data, cursor)
         self.metrics.v3.labels(str(code)).inc()
         if code != codec_v3.OK:
-            log.debug("store: v3 query %r from %s answered %d %s", req.request_id, peer_of(stream), code, detail)
+            log.debug("store: v3 query %r from %s answered %d %s", req.request_id, peer, code, detail)
         self.metrics.latency.observe(time.perf_counter() - began)
         return out
 
@@ -305,11 +310,10 @@ class StoreServer:
                 continue
             return codec_v3.OK, "", page.messages, page_cursor_v3(page, query.page_size)
 
-    async def _refusal(self, stream: INetStream) -> str | None:
-        """Why a valid query is not served now (one of REJECT_REASONS), or None; the same for
-        beta2 and v3, each of which answers a refusal in its own form and counts it in
+    async def _refusal(self, peer: str) -> str | None:
+        """Why a valid query of `peer` is not served now (one of REJECT_REASONS), or None; the
+        same for beta2 and v3, each of which answers a refusal in its own form and counts it in
         waku_store_rejected_total."""
-        peer = peer_of(stream)
         most = self.settings.max_concurrent_queries_per_peer
         if most and self._in_flight.get(peer, 0) > most:
             return "busy"

@@ -1,0 +1,309 @@
+"""The REST API's request parsing and response encoding as pure functions, with nwaku's field
+names, encodings and error texts (`waku/rest_api/endpoint/*/types.nim`, `serdes.nim`): base64
+payloads, `0x` hex message hashes and cursors. Each parser returns the typed request or raises
+`BadRequest` with the text the route answers (HTTP 400 unless said otherwise)."""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, unquote_plus
+
+from schemas import store_v3_pb2 as pb3
+from schemas.waku_message_pb2 import WakuMessage
+
+JSON_TYPES = ("application/json", "text/plain")
+DEFAULT_PAGE_SIZE = 20  # nwaku's REST store defaults and cap
+MAX_PAGE_SIZE = 100
+_TRUE = {"y", "yes", "true", "1", "on"}  # Nim's parseBool
+_FALSE = {"n", "no", "false", "0", "off"}
+
+
+class BadRequest(ValueError):
+    """The request cannot be served; str() is the text of the answer."""
+
+    def __init__(self, text: str, status: int = 400) -> None:
+        super().__init__(text)
+        self.status = status
+
+
+# --- bodies ------------------------------------------------------------------------------------
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"Multiple `{key}` fields found")
+        out[key] = value
+    return out
+
+
+def decode_body(content_type: str | None, body: bytes) -> Any:
+    """nwaku's decodeRequestBody: a JSON (or text/plain) body, any JSON value; a repeated key
+    in an object is an error."""
+    if not body:
+        raise BadRequest("Missing content body")
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media not in JSON_TYPES:
+        raise BadRequest("Wrong Content-Type, expected application/json or text/plain")
+    try:
+        return json.loads(body.decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BadRequest(f"Invalid content body, could not decode: Unable to deserialize data: {exc}") from None
+
+
+def _undecodable(why: str) -> BadRequest:
+    return BadRequest(f"Invalid content body, could not decode: Unable to deserialize data: {why}")
+
+
+def topic_list(value: Any) -> list[str]:
+    """A JSON array of topics (relay subscriptions)."""
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise _undecodable("expected an array of strings")
+    return value
+
+
+@dataclass(frozen=True)
+class RelayMessage:
+    """nwaku's RelayWakuMessage as received: base64 text fields not yet decoded."""
+    payload: str
+    content_topic: str
+    version: int | None = None
+    timestamp: int | None = None
+    meta: str | None = None
+    ephemeral: bool | None = None
+    proof: str | None = None
+
+
+def _int(value: Any, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _undecodable(f"`{name}`: expected an integer {low}..{high}")
+    return value
+
+
+def _str(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise _undecodable(f"`{name}`: expected a string")
+    return value
+
+
+def relay_message(value: Any) -> RelayMessage:
+    """A RelayWakuMessage object: payload and contentTopic present and not blank (nwaku's
+    readValue); unknown fields are ignored."""
+    if not isinstance(value, dict):
+        raise _undecodable("expected an object")
+    payload = value.get("payload")
+    if payload is None or not isinstance(payload, str) or not payload.strip():
+        raise _undecodable("Field `payload` is missing or empty")
+    ct = value.get("contentTopic")
+    if ct is None or not isinstance(ct, str) or not ct.strip():
+        raise _undecodable("Field `contentTopic` is missing or empty")
+    version = value.get("version")
+    timestamp = value.get("timestamp")
+    ephemeral = value.get("ephemeral")
+    if ephemeral is not None and not isinstance(ephemeral, bool):
+        raise _undecodable("`ephemeral`: expected true or false")
+    meta, proof = value.get("meta"), value.get("proof")
+    return RelayMessage(
+        payload, ct,
+        _int(version, "version", 0, 2**32 - 1) if version is not None else None,
+        _int(timestamp, "timestamp", -(2**63), 2**63 - 1) if timestamp is not None else None,
+        _str(meta, "meta") if meta is not None else None,
+        ephemeral,
+        _str(proof, "proof") if proof is not None else None,
+    )
+
+
+def b64decode(text: str) -> bytes:
+    """Standard base64 with padding (nwaku's Base64Pad); "" is no bytes."""
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, ValueError, UnicodeEncodeError):
+        raise BadRequest("Incorrect base64 string") from None
+
+
+def b64encode(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def to_waku_message(m: RelayMessage, now_ns: int | None = None) -> WakuMessage:
+    """nwaku's toWakuMessage: base64 fields decoded; version 0, ephemeral false when absent; a
+    timestamp absent or 0 is now."""
+    msg = WakuMessage(payload=b64decode(m.payload), content_topic=m.content_topic, version=m.version or 0,
+                      timestamp=m.timestamp or (now_ns if now_ns is not None else time.time_ns()),
+                      ephemeral=bool(m.ephemeral))
+    meta = b64decode(m.meta or "")
+    proof = b64decode(m.proof or "")
+    if meta:
+        msg.meta = meta
+    if proof:
+        msg.rate_limit_proof = proof
+    return msg
+
+
+@dataclass(frozen=True)
+class PushRequest:
+    """The lightpush routes' body: an optional pubsub topic ("" is none) and a message."""
+    pubsub_topic: str | None
+    message: RelayMessage
+
+
+def push_request(value: Any) -> PushRequest:
+    if not isinstance(value, dict):
+        raise _undecodable("expected an object")
+    if "message" not in value:
+        raise _undecodable("Field `message` is missing")
+    topic = value.get("pubsubTopic")
+    if topic is not None and not isinstance(topic, str):
+        raise _undecodable("`pubsubTopic`: expected a string")
+    return PushRequest(topic or None, relay_message(value["message"]))
+
+
+def relay_message_json(msg: WakuMessage) -> dict[str, Any]:
+    """A received message for GET /relay/v1/messages (nwaku's toRelayWakuMessage: proof always,
+    meta when not empty)."""
+    out: dict[str, Any] = {"payload": b64encode(msg.payload), "contentTopic": msg.content_topic,
+                           "version": msg.version, "timestamp": msg.timestamp}
+    if msg.meta:
+        out["meta"] = b64encode(msg.meta)
+    out["ephemeral"] = msg.ephemeral
+    out["proof"] = b64encode(msg.rate_limit_proof)
+    return out
+
+
+# --- store v3 ----------------------------------------------------------------------------------
+
+def _hash(text: str) -> bytes:
+    hexa = unquote(text)
+    digits = hexa[2:] if hexa[:2] in ("0x", "0X") else hexa
+    try:
+        data = bytes.fromhex(digits)
+    except ValueError as exc:
+        raise BadRequest(f"Exception converting hex string to bytes: {exc}") from None
+    if len(data) != 32:
+        raise BadRequest(f"waku message hash parsing error: invalid hash length: {len(data)}")
+    return data
+
+
+def _time(text: str) -> int | None:
+    """nwaku's parseTime: an integer; only a positive one bounds the query."""
+    try:
+        t = int(text)
+    except ValueError:
+        raise BadRequest(f"time parsing error: invalid integer: {text}") from None
+    if t > 2**63 - 1:
+        raise BadRequest(f"time parsing error: value out of range: {text}")
+    return t if t > 0 else None
+
+
+def store_request(params: Mapping[str, str], request_id: str | None = None) -> pb3.StoreQueryRequest:
+    """GET /store/v3/messages's query parameters -> a StoreQueryRequest, as nwaku's
+    createStoreQuery: includeData false unless true; the direction forward unless `ascending` is
+    other than "true"; pageSize 20 when absent, at most 100 (a negative one, read as unsigned by
+    nwaku, is 100); comma-separated content topics and hashes; empty values are absent."""
+    p = {k: v for k, v in params.items() if v != ""}
+    req = pb3.StoreQueryRequest(request_id=request_id or uuid.uuid4().hex)
+    if "includeData" in p:
+        flag = p["includeData"].lower()
+        if flag not in _TRUE | _FALSE:
+            raise BadRequest(f"include data parsing error: cannot interpret as a bool: {p['includeData']}")
+        req.include_data = flag in _TRUE
+    if "pubsubTopic" in p and unquote_plus(p["pubsubTopic"]):
+        req.pubsub_topic = unquote_plus(p["pubsubTopic"])
+    if "contentTopics" in p and unquote_plus(p["contentTopics"]):
+        req.content_topics.extend(unquote_plus(p["contentTopics"]).split(","))
+    for name, field in (("startTime", "time_start"), ("endTime", "time_end")):
+        if name in p:
+            t = _time(p[name])
+            if t is not None:
+                setattr(req, field, t)
+    if "hashes" in p:
+        req.message_hashes.extend(_hash(h) for h in unquote(p["hashes"]).split(",") if h)
+    if "cursor" in p:
+        req.pagination_cursor = _hash(p["cursor"])
+    req.pagination_forward = p.get("ascending", "true") == "true"
+    size = DEFAULT_PAGE_SIZE
+    if "pageSize" in p:
+        try:
+            size = int(p["pageSize"])
+        except ValueError:
+            raise BadRequest(f"page size parsing error: invalid integer: {p['pageSize']}") from None
+    req.pagination_limit = MAX_PAGE_SIZE if size < 0 or size > MAX_PAGE_SIZE else size
+    return req
+
+
+def hex0x(data: bytes) -> str:
+    return "0x" + data.hex()
+
+
+def store_message_json(msg: WakuMessage) -> dict[str, Any]:
+    """A stored message (nwaku's store writeValue: meta and proof only when not empty)."""
+    out: dict[str, Any] = {"payload": b64encode(msg.payload), "contentTopic": msg.content_topic}
+    if msg.meta:
+        out["meta"] = b64encode(msg.meta)
+    out.update(version=msg.version, timestamp=msg.timestamp, ephemeral=msg.ephemeral)
+    if msg.rate_limit_proof:
+        out["proof"] = b64encode(msg.rate_limit_proof)
+    return out
+
+
+def store_response_json(resp: pb3.StoreQueryResponse) -> dict[str, Any]:
+    """nwaku's StoreQueryResponseHex: hashes and the cursor as 0x hex; a message's data and
+    pubsub topic when the query asked for data."""
+    messages = []
+    for kv in resp.messages:
+        m: dict[str, Any] = {"messageHash": hex0x(kv.message_hash)}
+        if kv.HasField("message"):
+            m["message"] = store_message_json(kv.message)
+            if kv.HasField("pubsub_topic"):
+                m["pubsubTopic"] = kv.pubsub_topic
+        messages.append(m)
+    out: dict[str, Any] = {"requestId": resp.request_id, "statusCode": resp.status_code,
+                           "statusDesc": resp.status_desc, "messages": messages}
+    if resp.HasField("pagination_cursor"):
+        out["paginationCursor"] = hex0x(resp.pagination_cursor)
+    return out
+
+
+# --- health and info ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProtocolHealth:
+    protocol: str  # nwaku's WakuProtocol names: "Relay", "Store", "Lightpush", ...
+    health: str    # READY, NOT_READY, NOT_MOUNTED, ...
+    desc: str | None = None
+
+
+def health_report(relay_peers: int, relay_d_low: int, mounted: Mapping[str, bool],
+                  problems: Sequence[str]) -> dict[str, Any]:
+    """nwaku's HealthReport: nodeHealth READY, or NOT_READY while the bridge has problems (a
+    dead or failing feeder of Kafka: Bridge.health_problems, each listed under "Kafka");
+    connectionStatus from the relay peers (Connected at gossipsub's D_low, PartiallyConnected
+    with fewer, else Disconnected); protocolsHealth one entry per protocol."""
+    protocols: list[ProtocolHealth] = []
+    for name, on in mounted.items():
+        if not on:
+            protocols.append(ProtocolHealth(name, "NOT_MOUNTED"))
+        elif name == "Relay" and relay_peers == 0:
+            protocols.append(ProtocolHealth(name, "NOT_READY", "No connected peers"))
+        else:
+            protocols.append(ProtocolHealth(name, "READY"))
+    if problems:
+        protocols.append(ProtocolHealth("Kafka", "NOT_READY", "; ".join(problems)))
+    status = ("Connected" if relay_peers >= max(1, relay_d_low) else
+              "PartiallyConnected" if relay_peers > 0 else "Disconnected")
+    return {"nodeHealth": "NOT_READY" if problems else "READY", "connectionStatus": status,
+            "protocolsHealth": [{p.protocol: p.health, **({"desc": p.desc} if p.desc else {})}
+                                for p in protocols]}
+
+
+def info_json(listen_addresses: Iterable[str], enr_uri: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"listenAddresses": list(listen_addresses)}
+    if enr_uri:
+        out["enrUri"] = enr_uri
+    return out

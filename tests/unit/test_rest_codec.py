@@ -1,0 +1,131 @@
+"""The REST API's pure parts (ingest/rest/codec.py, cache.py, app.origin_regex): nwaku's defaults,
+caps, encodings and error texts, without a bridge."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ingest.rest import codec
+from ingest.rest.app import origin_regex
+from ingest.rest.cache import MessageCache
+from schemas import store_v3_pb2 as pb3
+from schemas.waku_message_pb2 import WakuMessage
+
+H = "ab" * 32
+
+
+def test_store_request_defaults_and_caps():
+    req = codec.store_request({}, "r")
+    assert (req.include_data, req.pagination_forward, req.pagination_limit) == (False, True, 20)
+    assert not req.HasField("pubsub_topic") and not req.HasField("time_start") and not req.HasField("pagination_cursor")
+    assert codec.store_request({"pageSize": "1000"}).pagination_limit == 100
+    assert codec.store_request({"pageSize": "-1"}).pagination_limit == 100  # nwaku reads it unsigned
+    assert codec.store_request({"pageSize": ""}).pagination_limit == 20
+    assert codec.store_request({"ascending": "false"}).pagination_forward is False
+    assert codec.store_request({"ascending": "yes"}).pagination_forward is False  # only "true" is forward
+    assert codec.store_request({"includeData": "TRUE"}).include_data is True
+    assert codec.store_request({"startTime": "0", "endTime": "-5"}).HasField("time_start") is False
+    req = codec.store_request({"contentTopics": "/a/1/b/proto,/c/1/d/proto", "pubsubTopic": "%2Fwaku%2F2%2Frs%2F1%2F0",
+                               "hashes": f"0x{H},{H}", "cursor": "0x" + H, "startTime": "5", "endTime": "9"})
+    assert list(req.content_topics) == ["/a/1/b/proto", "/c/1/d/proto"] and req.pubsub_topic == "/waku/2/rs/1/0"
+    assert list(req.message_hashes) == [bytes.fromhex(H)] * 2 and req.pagination_cursor == bytes.fromhex(H)
+    assert (req.time_start, req.time_end) == (5, 9)
+
+
+@pytest.mark.parametrize("params, text", [
+    ({"cursor": "0x12"}, "waku message hash parsing error: invalid hash length: 1"),
+    ({"hashes": "xyz"}, "Exception converting hex string to bytes"),
+    ({"startTime": "1.5"}, "time parsing error"),
+    ({"endTime": str(2**64)}, "time parsing error"),
+    ({"pageSize": "ten"}, "page size parsing error"),
+    ({"includeData": "maybe"}, "include data parsing error"),
+])
+def test_store_request_refusals(params, text):
+    with pytest.raises(codec.BadRequest) as err:
+        codec.store_request(params)
+    assert str(err.value).startswith(text) and err.value.status == 400
+
+
+def test_store_response_json_as_nwaku():
+    resp = pb3.StoreQueryResponse(request_id="r", status_code=200, status_desc="OK",
+                                  pagination_cursor=bytes.fromhex(H))
+    kv = resp.messages.add(message_hash=bytes.fromhex(H), pubsub_topic="/waku/2/rs/1/0")
+    kv.message.CopyFrom(WakuMessage(payload=b"hi", content_topic="/a/1/b/proto", timestamp=7, meta=b"m"))
+    resp.messages.add(message_hash=bytes(32), pubsub_topic="/waku/2/rs/1/0")  # no data: no topic either
+    assert codec.store_response_json(resp) == {
+        "requestId": "r", "statusCode": 200, "statusDesc": "OK", "paginationCursor": "0x" + H,
+        "messages": [{"messageHash": "0x" + H, "pubsubTopic": "/waku/2/rs/1/0",
+                      "message": {"payload": "aGk=", "contentTopic": "/a/1/b/proto", "meta": "bQ==", "version": 0,
+                                  "timestamp": 7, "ephemeral": False}},
+                     {"messageHash": "0x" + "00" * 32}]}
+
+
+def test_relay_message_parsing():
+    m = codec.relay_message({"payload": "aGk=", "contentTopic": "/a/1/b/proto", "timestamp": 5, "meta": "bQ==",
+                             "ephemeral": True, "unknown": 1})
+    msg = codec.to_waku_message(m)
+    assert (msg.payload, msg.timestamp, msg.meta, msg.ephemeral, msg.version) == (b"hi", 5, b"m", True, 0)
+    plain = codec.relay_message({"payload": "aGk=", "contentTopic": "c"})
+    assert codec.to_waku_message(plain, now_ns=42).timestamp == 42
+    for body, words in [({"contentTopic": "c"}, "Field `payload` is missing or empty"),
+                        ({"payload": " ", "contentTopic": "c"}, "Field `payload` is missing or empty"),
+                        ({"payload": "aGk="}, "Field `contentTopic` is missing or empty"),
+                        ({"payload": "aGk=", "contentTopic": "c", "version": True}, "`version`"),
+                        ({"payload": "aGk=", "contentTopic": "c", "ephemeral": "yes"}, "`ephemeral`"),
+                        ("text", "expected an object")]:
+        with pytest.raises(codec.BadRequest, match=re.escape(words)):
+            codec.relay_message(body)
+    with pytest.raises(codec.BadRequest, match="Incorrect base64 string"):
+        codec.to_waku_message(codec.relay_message({"payload": "a", "contentTopic": "c"}))
+    out = codec.relay_message_json(WakuMessage(payload=b"hi", content_topic="c", timestamp=1))
+    assert out == {"payload": "aGk=", "contentTopic": "c", "version": 0, "timestamp": 1, "ephemeral": False,
+                   "proof": ""}
+
+
+def test_bodies():
+    assert codec.decode_body("application/json; charset=utf-8", b'["a"]') == ["a"]
+    assert codec.decode_body("text/plain", b"{}") == {}
+    for ctype, body, words in [("application/json", b"", "Missing content body"),
+                               ("image/png", b"{}", "Wrong Content-Type"),
+                               (None, b"{}", "Wrong Content-Type"),
+                               ("application/json", b"\xff", "Invalid content body, could not decode"),
+                               ("application/json", b'{"a":1,"a":2}', "Multiple `a` fields found")]:
+        with pytest.raises(codec.BadRequest, match=re.escape(words)):
+            codec.decode_body(ctype, body)
+    push = codec.push_request({"pubsubTopic": "", "message": {"payload": "aGk=", "contentTopic": "c"}})
+    assert push.pubsub_topic is None
+    with pytest.raises(codec.BadRequest, match="Field `message` is missing"):
+        codec.push_request({"pubsubTopic": "/waku/2/rs/1/0"})
+
+
+def test_health_report():
+    ok = codec.health_report(3, 4, {"Relay": True, "Filter": False}, [])
+    assert ok == {"nodeHealth": "READY", "connectionStatus": "PartiallyConnected",
+                  "protocolsHealth": [{"Relay": "READY"}, {"Filter": "NOT_MOUNTED"}]}
+    bad = codec.health_report(0, 4, {"Relay": True}, ["thread store-tail is not running"])
+    assert bad["nodeHealth"] == "NOT_READY" and bad["connectionStatus"] == "Disconnected"
+    assert bad["protocolsHealth"] == [{"Relay": "NOT_READY", "desc": "No connected peers"},
+                                      {"Kafka": "NOT_READY", "desc": "thread store-tail is not running"}]
+    assert codec.health_report(4, 4, {}, [])["connectionStatus"] == "Connected"
+
+
+def test_cache_keeps_subscribed_topics_and_capacity():
+    cache = MessageCache(3, ("/t/a",))
+    for i in range(5):
+        cache.add("/t/a", WakuMessage(payload=b"%d" % i, content_topic="c"))
+    cache.add("/t/b", WakuMessage(payload=b"x", content_topic="c"))  # not subscribed
+    assert [m.payload for m in cache.take(pubsub_topic="/t/a") or []] == [b"2", b"3", b"4"]
+    assert cache.take(pubsub_topic="/t/a") == [] and cache.take(pubsub_topic="/t/b") is None
+    cache.content_topics.add("c")
+    cache.add("/t/b", WakuMessage(payload=b"y", content_topic="c"))
+    assert [m.payload for m in cache.take(content_topic="c") or []] == [b"y"]
+    cache.unsubscribe(pubsub_topic="/t/a")
+    assert cache.take(pubsub_topic="/t/a") is None
+
+
+def test_origin_regex():
+    assert origin_regex(()) is None
+    rx = re.compile(origin_regex(("localhost:*", "https://app.example")) or "")
+    assert rx.fullmatch("http://localhost:3000") and rx.fullmatch("https://app.example")
+    assert not rx.fullmatch("http://evil.example") and not rx.fullmatch("http://app.example")
