@@ -113,9 +113,15 @@ def run(config: Config, args: argparse.Namespace) -> int:
                                          stdout=(logs / f"{job}-job.log").open("ab"), stderr=subprocess.STDOUT,
                                          start_new_session=True, cwd=REPO_ROOT)
         log.info("starting the bridge (log: %s)", logs / "bridge.log")
-        bridge = start_bridge(args.overrides, config_file=args.config, log=(logs / "bridge.log").open("a"))
+        # The REST API on (nwaku's default port 8645; a --set rest.* wins).
+        bridge = start_bridge(["rest.enabled=true", *args.overrides], config_file=args.config,
+                              log=(logs / "bridge.log").open("a"))
         for addr in bridge.addrs:
             log.info("bridge listening on %s", addr)
+        rest = bridge.wait_rest_url()
+        if rest:
+            log.info("REST API on %s: curl %s/health; curl '%s/store/v3/messages?includeData=true&pageSize=5"
+                     "&ascending=false'", rest, rest, rest)
         log.info("history: .venv/bin/waku-store query --peer %s --direction backward --limit 20", bridge.tcp_addr)
         if args.with_filter:
             log.info("filter: .venv/bin/waku-bridge filter --peer %s --content-topic <topic>", bridge.tcp_addr)

@@ -147,6 +147,17 @@ class BridgeProcess:
     def tcp_addr(self) -> str:
         return next(a for a in self.addrs if "/ws/" not in a and "/wss/" not in a)
 
+    def wait_rest_url(self, timeout: float = 30.0) -> str | None:
+        """The REST API's base URL from the bridge's `rest api on <url>` line (it comes after the
+        listen addresses); None when the API is off or the line does not come within `timeout`."""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            url = next((x.removeprefix("rest api on ") for x in self.lines if x.startswith("rest api on ")), None)
+            if url is not None:
+                return url
+            time.sleep(0.05)
+        return None
+
     def stop(self, timeout: float = 60.0) -> int:
         """SIGTERM, wait for the flush and exit; SIGKILL after `timeout`. Returns the exit code."""
         if self.proc.poll() is None:
