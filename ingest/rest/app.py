@@ -393,6 +393,9 @@ class Api:
     async def admin_off(self, request: Request) -> Response:
         return text(404, ADMIN_OFF)
 
+    async def filter_off(self, request: Request) -> Response:
+        return text(404, "/filter endpoints are not available.")
+
 
 def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
     async def guarded(request: Request) -> Response:
@@ -454,6 +457,8 @@ def build_app(node: RestNode, settings: RestSettings, cache: MessageCache) -> St
         ]
     else:
         routes.append(r("/admin/{rest:path}", api.admin_off, "GET", "POST", "DELETE", "PUT"))
+    # The filter client routes (/filter/v2/...) are not served: nwaku's answer without a filter client.
+    routes.append(r("/filter/{rest:path}", api.filter_off, "GET", "POST", "PUT", "DELETE"))
     middleware = []
     regex = origin_regex(settings.allow_origins)
     if regex is not None:

@@ -282,7 +282,7 @@ class ProtocolHealth:
 def health_report(relay_peers: int, relay_d_low: int, mounted: Mapping[str, bool],
                   problems: Sequence[str]) -> dict[str, Any]:
     """nwaku's HealthReport: nodeHealth READY, or NOT_READY while the bridge has problems (a
-    dead or failing feeder of Kafka: Bridge.health_problems, each listed under "Kafka");
+    background thread down or failing: Bridge.health_problems, listed under "Bridge");
     connectionStatus from the relay peers (Connected at gossipsub's D_low, PartiallyConnected
     with fewer, else Disconnected); protocolsHealth one entry per protocol."""
     protocols: list[ProtocolHealth] = []
@@ -294,7 +294,7 @@ def health_report(relay_peers: int, relay_d_low: int, mounted: Mapping[str, bool
         else:
             protocols.append(ProtocolHealth(name, "READY"))
     if problems:
-        protocols.append(ProtocolHealth("Kafka", "NOT_READY", "; ".join(problems)))
+        protocols.append(ProtocolHealth("Bridge", "NOT_READY", "; ".join(problems)))
     status = ("Connected" if relay_peers >= max(1, relay_d_low) else
               "PartiallyConnected" if relay_peers > 0 else "Disconnected")
     return {"nodeHealth": "NOT_READY" if problems else "READY", "connectionStatus": status,

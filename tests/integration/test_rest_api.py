@@ -114,6 +114,8 @@ def test_health_info_version(nodes):
     assert (r.status_code, r.text) == (400, "Bad request initiated. Invalid path or method used.")
     r = a.http.put("/health")
     assert r.status_code == 400
+    r = a.get("/filter/v2/subscriptions/1")  # no filter client: nwaku's answer
+    assert (r.status_code, r.text) == (404, "/filter endpoints are not available.")
 
 
 def test_admin_routes(nodes):

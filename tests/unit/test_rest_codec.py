@@ -106,7 +106,7 @@ def test_health_report():
     bad = codec.health_report(0, 4, {"Relay": True}, ["thread store-tail is not running"])
     assert bad["nodeHealth"] == "NOT_READY" and bad["connectionStatus"] == "Disconnected"
     assert bad["protocolsHealth"] == [{"Relay": "NOT_READY", "desc": "No connected peers"},
-                                      {"Kafka": "NOT_READY", "desc": "thread store-tail is not running"}]
+                                      {"Bridge": "NOT_READY", "desc": "thread store-tail is not running"}]
     assert codec.health_report(4, 4, {}, [])["connectionStatus"] == "Connected"
 
 
