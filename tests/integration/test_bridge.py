@@ -7,6 +7,7 @@ undecodable, empty-content-topic and long-meta messages are rejected and counted
 bridge keeps serving."""
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -65,6 +66,17 @@ def kafka_topic(kafka: str) -> Iterator[str]:
     name = f"test.bridge.{uuid.uuid4().hex[:8]}"
     create_topic(kafka, name)
     yield name
+
+
+def local_bridge(bootstrap: str, topic: str, tmp_path, *extra: str) -> tuple[Bridge, BridgeMetrics]:
+    """A bridge in this process producing to `topic`: TCP on 127.0.0.1 (any free port), no
+    websocket, no metrics endpoint, its key in tmp_path; `extra`: more `section.key=value`."""
+    cfg = load_config([
+        f"kafka.bootstrap_servers={bootstrap}", f"topics.messages={topic}", f"bridge.key_file={tmp_path / 'key'}",
+        "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1", "bridge.metrics_port=-1", *extra,
+    ], environ={})
+    metrics = BridgeMetrics()
+    return Bridge(BridgeSettings.from_config(cfg), metrics=metrics, out=open(os.devnull, "w")), metrics
 
 
 def bridge_config(config: Config, kafka: str, topic: str, tmp_path, *extra: str) -> Config:

@@ -163,24 +163,15 @@ def test_close_flushes_everything(kafka):
 def test_relay_backpressure_while_kafka_is_down_loses_nothing(kafka, tmp_path):
     """With Kafka unreachable and a bound of 20 records, the bridge stops reading the relay
     (the publisher's messages wait in flow control) and, once Kafka is back, produces all."""
-    from core.config import load_config
-    from ingest.metrics import BridgeMetrics
-    from ingest.node import Bridge
     from ingest.publisher import Publisher
-    from ingest.settings import BridgeSettings
     from schemas.waku_message_pb2 import WakuMessage
+    from tests.integration.test_bridge import local_bridge
 
     topic = f"test.bridge.bp.{uuid.uuid4().hex[:8]}"
     create_topic(kafka, topic)
     proxy = Proxy(kafka)
-    cfg = load_config([
-        f"kafka.bootstrap_servers=127.0.0.1:{proxy.port}", f"topics.messages={topic}",
-        f"bridge.key_file={tmp_path / 'key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
-        "bridge.ws_port=-1", "bridge.metrics_port=-1", "bridge.producer_max_outstanding=20",
-        "bridge.backpressure_timeout_s=60",
-    ], environ={})
-    metrics = BridgeMetrics()
-    bridge = Bridge(BridgeSettings.from_config(cfg), metrics=metrics, out=open("/dev/null", "w"))
+    bridge, metrics = local_bridge(f"127.0.0.1:{proxy.port}", topic, tmp_path,
+                                   "bridge.producer_max_outstanding=20", "bridge.backpressure_timeout_s=60")
     n = 300
 
     async def main() -> None:

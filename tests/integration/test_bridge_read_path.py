@@ -147,22 +147,14 @@ def test_accepted_messages_wait_for_kafka_instead_of_being_dropped(kafka, tmp_pa
     """Kafka unreachable for longer than backpressure_timeout_s with 20 records outstanding at
     most: the relay stops reading (its peers wait in flow control) and, once Kafka is back,
     every accepted message is produced; none is dropped for the backlog."""
-    from core.config import load_config
-    from ingest.metrics import BridgeMetrics
-    from ingest.node import Bridge
-    from ingest.settings import BridgeSettings
+    from tests.integration.test_bridge import local_bridge
 
     topic = f"test.bridge.readpath.{uuid.uuid4().hex[:8]}"
     create_topic(kafka, topic)
     proxy = Proxy(kafka)
-    cfg = load_config([
-        f"kafka.bootstrap_servers=127.0.0.1:{proxy.port}", f"topics.messages={topic}",
-        f"bridge.key_file={tmp_path / 'key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
-        "bridge.ws_port=-1", "bridge.metrics_port=-1", "bridge.producer_max_outstanding=20",
-        "bridge.backpressure_timeout_s=0.5", "store_service.enabled=false", "filter.enabled=false",
-    ], environ={})
-    metrics = BridgeMetrics()
-    bridge = Bridge(BridgeSettings.from_config(cfg), metrics=metrics, out=open("/dev/null", "w"))
+    bridge, metrics = local_bridge(f"127.0.0.1:{proxy.port}", topic, tmp_path,
+                                   "bridge.producer_max_outstanding=20", "bridge.backpressure_timeout_s=0.5",
+                                   "store_service.enabled=false", "filter.enabled=false")
     n = 200
 
     async def main() -> None:

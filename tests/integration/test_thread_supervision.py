@@ -113,22 +113,15 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 
 def _thread_bridge(kafka: str, tmp_path):
-    from core.config import load_config
-    from ingest.metrics import BridgeMetrics
-    from ingest.node import Bridge
-    from ingest.settings import BridgeSettings
+    from tests.integration.test_bridge import local_bridge
 
     tag = uuid.uuid4().hex[:8]
-    cfg = load_config([
-        f"kafka.bootstrap_servers={kafka}", f"topics.messages=test.threads.{tag}.messages",
-        f"topics.subscriptions=test.threads.{tag}.subscriptions",
-        f"topics.push_prefix=test.threads.{tag}.push.", f"bridge.key_file={tmp_path / 'key'}",
-        "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1", "bridge.metrics_port=-1",
-        f"warehouse.root={tmp_path / 'warehouse'}", f"warehouse.checkpoints={tmp_path / 'checkpoints'}",
-        "store_service.refresh_interval_s=0.1",
-    ], environ={})
-    create_topic(kafka, cfg.get("topics.messages"), 1)
-    return Bridge(BridgeSettings.from_config(cfg), metrics=BridgeMetrics(), out=open("/dev/null", "w"))
+    create_topic(kafka, f"test.threads.{tag}.messages", 1)
+    bridge, _metrics = local_bridge(
+        kafka, f"test.threads.{tag}.messages", tmp_path, f"topics.subscriptions=test.threads.{tag}.subscriptions",
+        f"topics.push_prefix=test.threads.{tag}.push.", f"warehouse.root={tmp_path / 'warehouse'}",
+        f"warehouse.checkpoints={tmp_path / 'checkpoints'}", "store_service.refresh_interval_s=0.1")
+    return bridge
 
 
 def test_each_background_thread_killed_is_counted_shown_and_started_again(kafka: str, tmp_path):
