@@ -33,7 +33,9 @@ Commands:
   store          [--page-size P] [--forward] [--hashes h1,h2] [--content-topic C ...]
   lightpush      --count N [--rate R]
   store-bench    --seconds S [--pubsub-topics T1,T2] [--content-topic C ...] [--start-ns A --end-ns B] [--seed N] [--rate R]
-                 (a load client of tests/benchmarks/store_query.py: waits for a line on stdin)
+                 (a load client of tests/benchmarks/store_query.py: waits for a line on stdin) [--legacy]
+  filter-many    --clients N --seconds S [--content-topic C ...]   (tests/benchmarks/side_by_side.py)
+  store-probe    --seconds S [--interval-ms I] [--legacy]          (tests/benchmarks/side_by_side.py)
 
 Common flags: --peer MULTIADDR (required) --cluster-id N (1) --pubsub-topic T (/waku/2/rs/1/0)
   --content-topic C (/interop/1/test/proto) --timeout SECONDS (60) --prefix P (random)
@@ -91,6 +93,11 @@ type options struct {
 	benchPubsub string
 	seed        int64
 
+	clients    int     // filter-many
+	intervalMs float64 // store-probe
+	legacy     bool    // store-bench, store-probe: go-waku's legacy store protocol
+	rotateCT   bool    // relay-publish: message i on content topic i mod len(--content-topic)
+
 	set         map[string]bool // flags given on the command line
 	autosharded bool            // --pubsub-topic "" resolved from the content topic
 }
@@ -113,7 +120,7 @@ func parseArgs(args []string) (*options, error) {
 	}
 	o.command = args[0]
 	switch o.command {
-	case "stay", "relay-publish", "relay-receive", "filter", "store", "lightpush", "store-bench":
+	case "stay", "relay-publish", "relay-receive", "filter", "store", "lightpush", "store-bench", "filter-many", "store-probe":
 	case "help":
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(0)
@@ -154,6 +161,10 @@ func parseArgs(args []string) (*options, error) {
 	fs.BoolVar(&o.skipRateLimit, "skip-ratelimit", false, "store: skip go-waku's client-side limit of 8 requests/s per peer")
 	fs.StringVar(&o.benchPubsub, "pubsub-topics", "", "store-bench: comma-separated pubsub topics to query (default --pubsub-topic)")
 	fs.Int64Var(&o.seed, "seed", 1, "store-bench: seed of the random queries")
+	fs.IntVar(&o.clients, "clients", 20, "filter-many: filter light clients, each its own node")
+	fs.Float64Var(&o.intervalMs, "interval-ms", 20, "store-probe: milliseconds between the starts of two queries")
+	fs.BoolVar(&o.legacy, "legacy", false, "store-bench, store-probe: query with the legacy store protocol (go-waku's own node serves only that one)")
+	fs.BoolVar(&o.rotateCT, "rotate-content-topics", false, "relay-publish: message i on content topic i mod the number of --content-topic")
 
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
@@ -283,6 +294,10 @@ func main() {
 		res = cmdLightpush(ctx, o, logger)
 	case "store-bench":
 		res = cmdStoreBench(ctx, o, logger)
+	case "filter-many":
+		res = cmdFilterMany(ctx, o, logger)
+	case "store-probe":
+		res = cmdStoreProbe(ctx, o, logger)
 	}
 	if res.fields == nil {
 		res.fields = obj{}

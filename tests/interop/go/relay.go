@@ -179,7 +179,11 @@ func cmdRelayPublish(ctx context.Context, o *options, log *zap.Logger) result {
 			break
 		}
 		p.wait(ctx, i)
-		msg := makeMessage(o.prefix, i, o.payloadSize, o.contentTopic())
+		ct := o.contentTopic()
+		if o.rotateCT {
+			ct = o.contentTopics.vals[i%len(o.contentTopics.vals)]
+		}
+		msg := makeMessage(o.prefix, i, o.payloadSize, ct)
 		h, err := r.Publish(ctx, msg, relay.WithPubSubTopic(o.pubsubTopic))
 		if err != nil {
 			errs = append(errs, err.Error())

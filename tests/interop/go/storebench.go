@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	wprotocol "github.com/waku-org/go-waku/waku/v2/protocol"
+	"github.com/waku-org/go-waku/waku/v2/protocol/legacy_store"
 	"github.com/waku-org/go-waku/waku/v2/protocol/store"
 )
 
@@ -110,7 +111,34 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 		return s.node.Store().Request(rctx, q.criteria, store.WithPeer(s.peerID),
 			store.WithPaging(q.forward, q.size), store.IncludeData(true), store.SkipRateLimit())
 	}
-	if _, err := request(randomQuery(), nil); err != nil {
+	// --legacy: the legacy store protocol (go-waku's own node serves only that one); a page is
+	// fetched by `fetch`, which keeps the walk's cursor for either protocol
+	var legacyRes *legacy_store.Result
+	fetch := func(q query, res store.Result, first bool) (store.Result, int, bool, error) {
+		if !o.legacy {
+			next, err := request(q, res)
+			if err != nil {
+				return nil, 0, false, err
+			}
+			return next, len(next.Messages()), next.Cursor() != nil, nil
+		}
+		rctx, cancel := context.WithTimeout(ctx, o.timeoutDur())
+		defer cancel()
+		var err error
+		if first {
+			lq := legacy_store.Query{PubsubTopic: q.criteria.PubsubTopic, ContentTopics: q.criteria.ContentTopicsList(),
+				StartTime: q.criteria.TimeStart, EndTime: q.criteria.TimeEnd}
+			legacyRes, err = s.node.LegacyStore().Query(rctx, lq, legacy_store.WithPeer(s.peerID),
+				legacy_store.WithPaging(q.forward, q.size))
+		} else {
+			legacyRes, err = s.node.LegacyStore().Next(rctx, legacyRes)
+		}
+		if err != nil {
+			return nil, 0, false, err
+		}
+		return nil, len(legacyRes.Messages), legacyRes.Cursor() != nil, nil
+	}
+	if _, _, _, err := fetch(randomQuery(), nil, true); err != nil {
 		return fail(s.connFields(nil), "warm-up query: %v", err)
 	}
 	event("ready", obj{})
@@ -154,7 +182,7 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 			if !began.Before(end) {
 				break
 			}
-			next, err := request(q, res)
+			next, n, more, err := fetch(q, res, i == 0)
 			if err != nil {
 				errors++
 				lastErr = err.Error()
@@ -162,9 +190,9 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 			}
 			latencies = append(latencies, float64(time.Since(began).Microseconds())/1000)
 			pages++
-			messages += len(next.Messages())
+			messages += n
 			res = next
-			if res.Cursor() == nil {
+			if !more {
 				break
 			}
 		}

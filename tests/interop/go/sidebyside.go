@@ -1,0 +1,217 @@
+package main
+
+// Commands of tests/benchmarks/side_by_side.py: many filter light clients in one process
+// (filter-many) and a store prober that tells when each message first comes back from a
+// store query (store-probe). Both work against any Waku service node: go-waku's own
+// (legacy store, --legacy) or ours.
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/waku-org/go-waku/waku/v2/onlinechecker"
+	wprotocol "github.com/waku-org/go-waku/waku/v2/protocol"
+	"github.com/waku-org/go-waku/waku/v2/protocol/filter"
+	"github.com/waku-org/go-waku/waku/v2/protocol/legacy_store"
+	wpb "github.com/waku-org/go-waku/waku/v2/protocol/pb"
+	"github.com/waku-org/go-waku/waku/v2/protocol/store"
+)
+
+// cmdFilterMany runs --clients go-waku filter light clients, each its own node (own host,
+// own connection), client j subscribed to content topic j mod len(--content-topic). Emits
+// {"event":"ready"} once every client is subscribed, stays --seconds, and reports every push
+// as [hash, message timestamp ns, receipt time ns] ("receipts") plus per-client counts.
+func cmdFilterMany(ctx context.Context, o *options, log *zap.Logger) result {
+	deadline := time.Now().Add(o.timeoutDur())
+	limit := rate.Limit(o.pushRate)
+	if o.pushRate <= 0 {
+		limit = rate.Inf
+	}
+	type client struct {
+		s  *session
+		ln *filter.WakuFilterLightNode
+		cf wprotocol.ContentFilter
+	}
+	var mu sync.Mutex
+	receipts := make([][3]any, 0, 1<<14)
+	pushes, duplicates := 0, 0
+	seen := map[string]bool{}
+	clients := make([]*client, o.clients)
+	errs := make([]string, o.clients)
+	var wg sync.WaitGroup
+	for j := 0; j < o.clients; j++ {
+		wg.Add(1)
+		go func(j int) {
+			defer wg.Done()
+			s, err := newSession(ctx, o, log, nodeConfig{relay: false})
+			if err != nil {
+				errs[j] = err.Error()
+				return
+			}
+			ln := filter.NewWakuFilterLightNode(s.node.Broadcaster(), s.node.PeerManager(), s.node.Timesource(),
+				onlinechecker.NewDefaultOnlineChecker(true), s.reg, log, filter.WithLightNodeRateLimiter(limit, o.pushBurst))
+			ln.SetHost(s.node.Host())
+			c := &client{s: s, ln: ln}
+			clients[j] = c
+			if err := ln.Start(ctx); err != nil {
+				errs[j] = "light node start: " + err.Error()
+				return
+			}
+			if err := s.connect(ctx, deadline); err != nil {
+				errs[j] = err.Error()
+				return
+			}
+			ct := o.contentTopics.vals[j%len(o.contentTopics.vals)]
+			c.cf = wprotocol.NewContentFilter(o.pubsubTopic, ct)
+			sctx, cancel := context.WithDeadline(ctx, deadline)
+			subs, err := ln.Subscribe(sctx, c.cf, filter.WithPeer(s.peerID))
+			cancel()
+			if err != nil || len(subs) == 0 {
+				errs[j] = "subscribe failed"
+				return
+			}
+			for _, sub := range subs {
+				go func() {
+					for env := range sub.C {
+						now := time.Now().UnixNano()
+						h := env.Hash().String()
+						mu.Lock()
+						pushes++
+						if seen[h] {
+							duplicates++
+						} else {
+							seen[h] = true
+							receipts = append(receipts, [3]any{h, env.Message().GetTimestamp(), now})
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+		}(j)
+	}
+	wg.Wait()
+	defer func() {
+		for _, c := range clients {
+			if c != nil {
+				c.ln.Stop()
+				c.s.stop()
+			}
+		}
+	}()
+	failed := 0
+	firstErr := ""
+	for _, e := range errs {
+		if e != "" {
+			failed++
+			if firstErr == "" {
+				firstErr = e
+			}
+		}
+	}
+	fields := func() obj {
+		mu.Lock()
+		defer mu.Unlock()
+		connected := 0
+		for _, c := range clients {
+			if c != nil && c.s.isConnected() {
+				connected++
+			}
+		}
+		return obj{"clients": o.clients, "failed_clients": failed, "connected_at_end": connected,
+			"pushes": pushes, "duplicates": duplicates, "received": len(receipts),
+			"receipts": append([][3]any{}, receipts...)}
+	}
+	if failed > 0 {
+		return fail(fields(), "%d of %d clients failed (first: %s)", failed, o.clients, firstErr)
+	}
+	event("ready", obj{"clients": o.clients})
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Duration(o.seconds * float64(time.Second))):
+	}
+	return result{fields: fields()}
+}
+
+// cmdStoreProbe queries the node's store every --interval-ms for the newest page (backward,
+// page size 100, --content-topic, messages of the last 10 s) for --seconds and reports when
+// each message first came back: [hash, message timestamp ns, first seen ns] ("seen"), with
+// every query's latency (ms). --legacy: go-waku's legacy store protocol (go-waku's own node
+// serves only that one), else store v3.
+func cmdStoreProbe(ctx context.Context, o *options, log *zap.Logger) result {
+	deadline := time.Now().Add(o.timeoutDur())
+	s, err := newSession(ctx, o, log, nodeConfig{relay: false})
+	if err != nil {
+		return fail(nil, "%v", err)
+	}
+	defer s.stop()
+	if err := s.connect(ctx, deadline); err != nil {
+		return fail(s.connFields(nil), "%v", err)
+	}
+	seenAt := map[string]bool{}
+	seen := make([][3]any, 0, 1<<14)
+	latencies := make([]float64, 0, 4096)
+	queries, errors := 0, 0
+	lastErr := ""
+	query := func() ([]*wpb.WakuMessage, error) {
+		qctx, cancel := context.WithTimeout(ctx, o.timeoutDur())
+		defer cancel()
+		from := proto.Int64(time.Now().Add(-10 * time.Second).UnixNano())
+		if o.legacy {
+			r, err := s.node.LegacyStore().Query(qctx, legacy_store.Query{PubsubTopic: o.pubsubTopic,
+				ContentTopics: o.contentTopics.vals, StartTime: from},
+				legacy_store.WithPeer(s.peerID), legacy_store.WithPaging(false, 100))
+			if err != nil {
+				return nil, err
+			}
+			return r.Messages, nil
+		}
+		r, err := s.node.Store().Request(qctx, store.FilterCriteria{
+			ContentFilter: wprotocol.NewContentFilter(o.pubsubTopic, o.contentTopics.vals...), TimeStart: from},
+			store.WithPeer(s.peerID), store.WithPaging(false, 100), store.IncludeData(true), store.SkipRateLimit())
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*wpb.WakuMessage, 0, len(r.Messages()))
+		for _, m := range r.Messages() {
+			out = append(out, m.Message)
+		}
+		return out, nil
+	}
+	event("ready", obj{})
+	every := time.Duration(o.intervalMs * float64(time.Millisecond))
+	end := time.Now().Add(time.Duration(o.seconds * float64(time.Second)))
+	for time.Now().Before(end) && ctx.Err() == nil {
+		began := time.Now()
+		msgs, err := query()
+		now := time.Now()
+		queries++
+		if err != nil {
+			errors++
+			lastErr = err.Error()
+		} else {
+			latencies = append(latencies, float64(now.Sub(began).Microseconds())/1000)
+			for _, m := range msgs {
+				h := m.Hash(o.pubsubTopic).String()
+				if !seenAt[h] {
+					seenAt[h] = true
+					seen = append(seen, [3]any{h, m.GetTimestamp(), now.UnixNano()})
+				}
+			}
+		}
+		if wait := every - time.Since(began); wait > 0 {
+			time.Sleep(wait)
+		}
+	}
+	f := s.connFields(nil)
+	f["queries"] = queries
+	f["errors"] = errors
+	f["last_error"] = lastErr
+	f["latencies_ms"] = latencies
+	f["seen"] = seen
+	return result{fields: f}
+}
