@@ -14,26 +14,17 @@ set -euo pipefail
 
 JVM_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$JVM_DIR")"
-PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
-JARS="$REPO/.cache/jars"
-JUNIT_JAR="$(ls "$JARS"/junit/junit-platform-console-standalone-*.jar 2>/dev/null | head -1)"
-PROTOBUF_JAR="$(ls "$JARS"/spark/protobuf-java-*.jar 2>/dev/null | head -1)"
-KAFKA_JAR="$(ls "$JARS"/spark/kafka-clients-*.jar 2>/dev/null | head -1)"
-DELTA_STORAGE_JAR="$(ls "$JARS"/spark/delta-storage-*.jar 2>/dev/null | head -1)"
-
-command -v javac >/dev/null 2>&1 || { echo "error: javac not found; install a JDK 17+ (make setup)" >&2; exit 2; }
-for j in "$JUNIT_JAR" "$PROTOBUF_JAR" "$KAFKA_JAR" "$DELTA_STORAGE_JAR"; do
-  [ -f "$j" ] || { echo "error: a jar of jvm/test.sh is missing from .cache/jars: run scripts/resolve_jars.py (make setup)" >&2; exit 2; }
-done
-PYSPARK_DIR="$("$PYTHON" -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')" \
-  || { echo "error: cannot import pyspark with $PYTHON (set PYTHON)" >&2; exit 2; }
+JUNIT_JAR="$(ls "$REPO"/.cache/jars/junit/junit-platform-console-standalone-*.jar 2>/dev/null | head -1)"
+[ -f "$JUNIT_JAR" ] || { echo "error: JUnit's console launcher is missing from .cache/jars/junit: run scripts/resolve_jars.py (make setup)" >&2; exit 2; }
+# shellcheck source=jvm/classpath.sh
+source "$JVM_DIR/classpath.sh"
 
 "$PYTHON" "$JVM_DIR/test/make_vectors.py" --check
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/waku-jvm-test.XXXXXX")"
 trap 'if [ -n "${JVM_TEST_KEEP:-}" ]; then cp -r "$WORK/reports" "$JVM_TEST_KEEP"; fi; rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/classes"
-CP="$PYSPARK_DIR/jars/*:$PROTOBUF_JAR:$KAFKA_JAR:$DELTA_STORAGE_JAR"
+CP="$JVM_CP"
 
 # One javac for the product and the tests (a short-lived compiler: C1 only, serial GC).
 mapfile -t SOURCES < <(find "$JVM_DIR/src" "$JVM_DIR/test" -name '*.java' | sort)
