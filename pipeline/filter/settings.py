@@ -22,14 +22,24 @@ class SubscriptionsJobSettings:
     trigger_seconds: float = 5.0
     expire_interval_s: float = 30.0
     metrics: JobMetricsSettings | None = None  # [job_metrics]
+    # Batch cadence that follows the load: a trigger finding fewer new events waits for more, at
+    # most max_trigger_delay_s after the last batch (0: a batch at every trigger with events).
+    min_events_per_trigger: int = 0
+    max_trigger_delay_s: float = 30.0
 
     @classmethod
     def from_config(cls, config: Config) -> SubscriptionsJobSettings:
         f = config["filter"]
+        if f["subscriptions_min_events_per_trigger"] < 0 or f["subscriptions_max_trigger_delay_s"] <= 0:
+            raise ConfigError("filter.subscriptions_min_events_per_trigger: expected 0 or more; "
+                              "filter.subscriptions_max_trigger_delay_s: expected a positive value")
         return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
                    config.get("topics.subscriptions"), float(f["subscription_ttl_s"]),
                    f["subscriptions_trigger_seconds"], float(f["expire_interval_s"]),
-                   JobMetricsSettings.from_config(config, "subscriptions"))
+                   JobMetricsSettings.from_config(config, "subscriptions"),
+                   # criteria "delta": matching reads the table, so every event goes in at once
+                   0 if f["criteria"] == "delta" else int(f["subscriptions_min_events_per_trigger"]),
+                   float(f["subscriptions_max_trigger_delay_s"]))
 
 
 @dataclass(frozen=True)

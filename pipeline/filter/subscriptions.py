@@ -14,9 +14,10 @@ order: one peer's events share a partition), then applied with two MERGEs:
 
 Both steps are idempotent (a replayed batch gives the same table: deletes of what is gone,
 `greatest` for times), so the at-least-once foreachBatch is exactly-once in effect.
-Expiry: rows whose `last_refresh` is older than the TTL are deleted every `expire_interval_s`
-by the driver (under the same lock as the batches: no concurrent Delta writers in the job);
-the filter job ignores them as soon as they pass the TTL, whatever the deletion schedule.
+Expiry: rows whose `last_refresh` is older than the TTL (plus the cadence's longest wait, so a
+refresh still on its way keeps its row) are deleted every `expire_interval_s` by the driver
+(under the same lock as the batches: no concurrent Delta writers in the job); the filter job
+ignores them as soon as they pass the TTL, whatever the deletion schedule.
 """
 from __future__ import annotations
 
@@ -185,9 +186,16 @@ class SubscriptionsJob:
             if counts["events"]:
                 log.info("batch %d: %d events applied in %.2f s", batch_id, counts["events"], time.monotonic() - began)
 
+    @property
+    def expiry_grace_s(self) -> float:
+        """How late an event may reach the table (the cadence's longest wait plus a trigger): a
+        row is deleted that much after its TTL, so a refresh still on its way keeps it."""
+        s = self.settings
+        return (s.max_trigger_delay_s if s.min_events_per_trigger else 0.0) + s.trigger_seconds
+
     def expire_now(self) -> None:
         with self.lock:
-            expire(self.spark, self.path, self.ttl_s)
+            expire(self.spark, self.path, self.ttl_s + self.expiry_grace_s)
 
     def _expire_loop(self) -> None:
         interval = self.settings.expire_interval_s
@@ -201,7 +209,12 @@ class SubscriptionsJob:
         s = self.settings
         if self.metrics is not None:
             self.metrics.watch(self.query_name)
-        source = read_topic_stream(self.spark, s.kafka, s.topic, starting_offsets="earliest")
+        # The cadence follows the load (filter.subscriptions_min_events_per_trigger): each batch
+        # MERGEs into the whole table, a fixed cost paid every few seconds only when events come
+        # that fast. Matching does not wait for it (the resident index follows the events).
+        source = read_topic_stream(self.spark, s.kafka, s.topic, starting_offsets="earliest",
+                                   min_offsets_per_trigger=s.min_events_per_trigger or None,
+                                   max_trigger_delay_s=s.max_trigger_delay_s)
         self.query = (source.writeStream.queryName(self.query_name)
                       .option("checkpointLocation", s.warehouse.checkpoint_path("subscriptions"))
                       .foreachBatch(self._process)

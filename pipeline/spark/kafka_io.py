@@ -22,14 +22,25 @@ def read_topic_stream(
     topic: str,
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
+    min_offsets_per_trigger: int | None = None,
+    max_trigger_delay_s: float | None = None,
 ) -> DataFrame:
-    """A streaming DataFrame of (key, value, topic, partition, offset, timestamp)."""
+    """A streaming DataFrame of (key, value, topic, partition, offset, timestamp).
+
+    `min_offsets_per_trigger` (with `max_trigger_delay_s`): a batch cadence that follows the
+    load: a trigger that finds fewer new records waits, until that many have arrived or the delay
+    has passed since the last batch (Spark's minOffsetsPerTrigger / maxTriggerDelay; not for an
+    available-now query)."""
     reader = spark.readStream.format("kafka").options(**kafka_options(kafka))
     reader = reader.option("subscribe", topic).option("startingOffsets", starting_offsets)
     # A deleted/compacted offset range is reported, not silently skipped past.
     reader = reader.option("failOnDataLoss", "true")
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    if min_offsets_per_trigger:
+        reader = reader.option("minOffsetsPerTrigger", str(min_offsets_per_trigger))
+        if max_trigger_delay_s is not None:
+            reader = reader.option("maxTriggerDelay", f"{int(max_trigger_delay_s * 1000)}ms")
     return reader.load()
 
 

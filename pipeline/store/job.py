@@ -25,9 +25,14 @@ def start_store_query(spark: SparkSession, settings: StoreJobSettings, available
     # columns is wasted work: ~11 µs of CPU a 1 KiB record, a fifth of the batch's (docs/benchmarks.md).
     spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
     checkpoint = settings.warehouse.checkpoint_path("store")
+    # The cadence follows the load (store.min_offsets_per_trigger): a batch's fixed cost (~0.3-0.7
+    # CPU-s) is paid every few seconds at a trickle, every trigger under load. Freshness does not
+    # wait for it: the store service's fresh tail follows Kafka (docs/decisions.md, issue 41).
     source = read_topic_stream(spark, settings.kafka, settings.topic,
                                starting_offsets=settings.starting_offsets,
-                               max_offsets_per_trigger=settings.max_offsets_per_trigger or None)
+                               max_offsets_per_trigger=settings.max_offsets_per_trigger or None,
+                               min_offsets_per_trigger=None if available_now else settings.min_offsets_per_trigger,
+                               max_trigger_delay_s=settings.max_trigger_delay_s)
 
     marks = QuarantineMarks(settings.warehouse.table_path("quarantine"), settings.topic)
     recent = RecentHashes(settings.recent_hashes_max, settings.recent_keep_s)

@@ -28,6 +28,10 @@ class StoreJobSettings:
     recent_hashes_max: int = 10_000_000
     # Versions between the Delta log checkpoints the job writes beside its batches (delta-rs).
     log_checkpoint_interval: int = 100
+    # Batch cadence that follows the load: a trigger finding fewer new records waits for more,
+    # at most max_trigger_delay_s after the last batch (0: a batch at every trigger with records).
+    min_offsets_per_trigger: int = 0
+    max_trigger_delay_s: float = 10.0
 
     @property
     def recent_keep_s(self) -> float:
@@ -40,14 +44,16 @@ class StoreJobSettings:
         s = config["store"]
         if s["starting_offsets"] not in ("earliest", "latest"):
             raise ConfigError(f"store.starting_offsets: expected earliest or latest, got {s['starting_offsets']!r}")
-        for key in ("trigger_seconds", "rows_per_file", "log_checkpoint_interval"):
+        for key in ("trigger_seconds", "rows_per_file", "log_checkpoint_interval", "max_trigger_delay_s"):
             if s[key] <= 0:
                 raise ConfigError(f"store.{key}: expected a positive value, got {s[key]}")
+        if s["min_offsets_per_trigger"] < 0:
+            raise ConfigError(f"store.min_offsets_per_trigger: expected 0 or more, got {s['min_offsets_per_trigger']}")
         return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
                    config.get("topics.messages"), Limits.from_config(config), s["trigger_seconds"],
                    s["max_offsets_per_trigger"], s["starting_offsets"], s["dedup_window_s"], s["rows_per_file"],
                    JobMetricsSettings.from_config(config, "store"), max(0, s["recent_hashes_max"]),
-                   s["log_checkpoint_interval"])
+                   s["log_checkpoint_interval"], int(s["min_offsets_per_trigger"]), float(s["max_trigger_delay_s"]))
 
 
 @dataclass(frozen=True)
