@@ -55,6 +55,8 @@ log = logging.getLogger("ingest.store.tail")
 _LIBRDKAFKA_LOG = logging.getLogger("kafka.librdkafka.store-tail")
 
 Key = tuple[float, bytes, bytes]  # (received_time, digest, message_hash)
+TAKE_MAX = 5000  # records the consumer thread takes in at once
+TAKE_INTERVAL_S = 0.005  # ... and, when it has caught up, at most this often (see consumer_config)
 _CHUNK = 500  # messages taken in per hold of the tail's lock
 # Messages forgotten, Kafka arrivals swept and stale keys trimmed per hold of the tail's lock
 # after a commit (~1-2 ms of work): inserts and queries wait for one such hold at most, whatever
@@ -522,13 +524,14 @@ class TailFollower:
             # Partitions are assigned, never subscribed: the group joins nothing and commits
             # nothing (librdkafka asks for a group id all the same).
             "group.id": "waku-store-tail", "enable.auto.commit": False, "enable.auto.offset.store": False,
-            # A fetch answers once 256 KiB are there or 10 ms have passed: under load ~100 batches
-            # a second of ~100 records, not many of a few (the tail's cost per batch: the table
-            # check, the lock, the merges); at most 10 ms on a message's way to the tail. A fetch
-            # per record (fetch.min.bytes 1) halved the p50 alone (7.7 against 14 ms) but in the
-            # whole pipeline bridge B used 51 µs of CPU a record with this, the lowest measured
-            # (benchmarks.md, session 15).
-            "fetch.min.bytes": 256 * 1024, "fetch.wait.max.ms": 10,
+            # A fetch answers as soon as a record is there, else after 500 ms: idle, 2 fetches a
+            # second (a 10 ms wait made 100, the broker's main idle work). librdkafka fetches
+            # again only once the loop has taken what it holds (queued.min.messages 1, checked
+            # every ms), and the loop takes at most every TAKE_INTERVAL_S: under load ~200
+            # batches a second, not many of a few (the tail's cost per batch: the table check,
+            # the lock, the merges), at most ~5 ms more on a message's way to the tail
+            # (measured: p50 8 ms at 1,000 and 10,000 msg/s, as with the 10 ms wait; docs/decisions.md, issue 41).
+            "fetch.min.bytes": 1, "fetch.wait.max.ms": 500, "queued.min.messages": 1, "fetch.queue.backoff.ms": 1,
             "max.partition.fetch.bytes": 4 * 1024 * 1024, "reconnect.backoff.max.ms": 1000,
             # Reaching a partition's end is reported (the tail is `ready` once every partition
             # has been read up to where it ended at start).
@@ -591,9 +594,10 @@ class TailFollower:
                 first = consumer.poll(0.1)
                 if first is None:
                     continue
+                began = time.monotonic()
                 records: list[tuple[bytes | None, int, int, float | None]] = []
                 reached: list[int | None] = []  # partitions read to their end (an EOF event's is set)
-                for m in [first, *consumer.consume(4999, 0)]:
+                for m in [first, *consumer.consume(TAKE_MAX - 1, 0)]:
                     err = m.error()
                     if err is None:
                         partition, offset = m.partition(), m.offset()
@@ -611,6 +615,8 @@ class TailFollower:
                     pending.difference_update(reached)
                     if not pending:
                         self.ready.set()
+                if len(records) < TAKE_MAX:  # caught up: let the next batch gather
+                    self._stop.wait(max(0.0, began + TAKE_INTERVAL_S - time.monotonic()))
         finally:
             consumer.close()
 

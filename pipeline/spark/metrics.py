@@ -71,7 +71,8 @@ _TYPES: dict[str, T.DataType] = {
 }
 JOB_METRICS_SCHEMA = T.StructType([T.StructField(n, _TYPES[t], nullable) for n, t, nullable in JOB_METRICS_COLUMNS])
 # How often the events the JVM-side listener queued are taken (Prometheus lags them by at most this).
-EVENT_POLL_S = 0.2
+# Each take is a py4j call; five a second cost an idle driver ~0.005-0.01 core (issue 41).
+EVENT_POLL_S = 1.0
 PROGRESS_PREFIX = '{"event":"progress","progress":'
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
 

@@ -28,10 +28,13 @@ def start_store_query(spark: SparkSession, settings: StoreJobSettings, available
     # The cadence follows the load (store.min_offsets_per_trigger): a batch's fixed cost (~0.3-0.7
     # CPU-s) is paid every few seconds at a trickle, every trigger under load. Freshness does not
     # wait for it: the store service's fresh tail follows Kafka (docs/decisions.md, issue 41).
+    least = settings.min_offsets_per_trigger  # never more than a batch may hold
+    if settings.max_offsets_per_trigger:
+        least = min(least, settings.max_offsets_per_trigger)
     source = read_topic_stream(spark, settings.kafka, settings.topic,
                                starting_offsets=settings.starting_offsets,
                                max_offsets_per_trigger=settings.max_offsets_per_trigger or None,
-                               min_offsets_per_trigger=None if available_now else settings.min_offsets_per_trigger,
+                               min_offsets_per_trigger=None if available_now else least,
                                max_trigger_delay_s=settings.max_trigger_delay_s)
 
     marks = QuarantineMarks(settings.warehouse.table_path("quarantine"), settings.topic)
