@@ -29,6 +29,7 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
+from libp2p.security.secure_session import SecureSession
 from libp2p.stream_muxer.exceptions import MuxedConnError, MuxedStreamError
 from libp2p.stream_muxer.mplex.mplex import MPLEX_PROTOCOL_ID, Mplex
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
@@ -432,13 +433,28 @@ async def _window_update_at_half(self: YamuxStream, *, bytes_read: int = 0) -> N
     await self.send_window_update(delta, skip_lock=True)
 
 
+_PLAIN_READ_DATA_BODY = Yamux._read_data_body  # py-libp2p 0.8.1's
+
+
+async def _data_body_from_noise_buffer(self: Yamux, length: int) -> bytes:
+    """Replaces Yamux._read_data_body: a DATA frame's body that is in the noise session's
+    buffer already (it came in the noise message that carried the header: go-yamux writes
+    header and body together) is taken from it at once; py-libp2p 0.8.1 opened a timeout scope
+    and went through two reads for it. Otherwise as before (bounded by its timeout)."""
+    conn = self.secured_conn
+    if isinstance(conn, SecureSession) and conn.high_watermark - conn.low_watermark >= length:
+        return conn._drain(length)
+    return await _PLAIN_READ_DATA_BODY(self, length)
+
+
 def fewer_io_calls() -> None:
-    """Buffered TCP reads and half-window yamux updates for every connection of this process
-    (idempotent)."""
+    """Buffered TCP reads, half-window yamux updates and yamux frame bodies taken straight from
+    the noise buffer, for every connection of this process (idempotent)."""
     TrioTCPStream._waku_rbuf = b""  # type: ignore[attr-defined]  # per instance once read
     TrioTCPStream._waku_rpos = 0  # type: ignore[attr-defined]
     TrioTCPStream.read = _buffered_tcp_read  # type: ignore[method-assign]
     YamuxStream._auto_tune_and_send_window_update = _window_update_at_half  # type: ignore[method-assign]
+    Yamux._read_data_body = _data_body_from_noise_buffer  # type: ignore[method-assign]
 
 
 def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],

@@ -8,7 +8,8 @@ import inspect
 
 import trio
 from libp2p.io.trio import TrioTCPStream
-from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, YamuxStream
+from libp2p.security.secure_session import SecureSession
+from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, Yamux, YamuxStream
 
 from ingest import host
 
@@ -16,11 +17,12 @@ from ingest import host
 FINGERPRINTS = {
     "TrioTCPStream.read": "c606ac89ec9d0eae",
     "YamuxStream._auto_tune_and_send_window_update": "6ebcbd822fe7f996",
+    "Yamux._read_data_body": "54cc06c91ba6ee15",
 }
 
 
 def test_replaced_libp2p_io_code_is_unchanged():
-    for fn in (host._PLAIN_TCP_READ, host._PLAIN_WINDOW_UPDATE):
+    for fn in (host._PLAIN_TCP_READ, host._PLAIN_WINDOW_UPDATE, host._PLAIN_READ_DATA_BODY):
         digest = hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
         assert digest == FINGERPRINTS[fn.__qualname__], f"libp2p changed {fn.__qualname__}: review ingest/host.py"
 
@@ -29,6 +31,7 @@ def test_fewer_io_calls_installs_both():
     host.fewer_io_calls()
     assert TrioTCPStream.read is host._buffered_tcp_read
     assert YamuxStream._auto_tune_and_send_window_update is host._window_update_at_half
+    assert Yamux._read_data_body is host._data_body_from_noise_buffer
 
 
 class _Socket:
@@ -126,3 +129,29 @@ def test_window_update_counts_what_is_buffered_unread():
     trio.run(main)
     assert s.sent == [DEFAULT_WINDOW_SIZE // 2 + 1]
     assert s.recv_window == DEFAULT_WINDOW_SIZE // 2 + 1
+
+
+def test_frame_body_in_the_noise_buffer_is_taken_without_reading():
+    """The body that came with its header in one noise message: taken from the session's
+    buffer; one that did not: read from the connection as py-libp2p does."""
+    class _Noise:
+        def __init__(self, msgs: list[bytes]) -> None:
+            self.msgs = msgs
+
+        async def read_msg(self) -> bytes:
+            return self.msgs.pop(0)
+
+    session = SecureSession.__new__(SecureSession)
+    session._reset_internal_buffer()
+    session.conn = _Noise([b"H" * 12 + b"body", b"more"])  # type: ignore[assignment]
+
+    class _Mux:
+        secured_conn = session
+
+    async def main() -> list[bytes]:
+        header = await session.read(12)
+        first = await host._data_body_from_noise_buffer(_Mux(), 4)  # type: ignore[arg-type]
+        second = await host._data_body_from_noise_buffer(_Mux(), 4)  # type: ignore[arg-type]
+        return [header, first, second]
+
+    assert trio.run(main) == [b"H" * 12, b"body", b"more"]
