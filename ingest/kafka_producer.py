@@ -1,9 +1,10 @@
 """Bounded hand-off of ingest records from the trio relay to Kafka, with delivery confirmation.
 
-kafka-python's KafkaProducer is thread based: ``send`` can block (metadata, full buffer) and
-acknowledgements arrive on its I/O thread. So the trio side never calls it: ``put`` appends to
-a deque that a feeder thread drains into ``send``, and acknowledgements come back to trio in
-batches through ``TrioToken.run_sync_soon``.
+The producer is librdkafka's (confluent-kafka; docs/decisions.md says why not kafka-python's):
+``produce`` only queues the record in C, so the trio side calls it directly; a feeder thread
+serves librdkafka's delivery reports (``poll``), sends what could not be queued at once (no
+producer yet, a full local queue, a producer being replaced) and replaces the producer after a
+fatal error. Acknowledgements come back to trio in batches through ``TrioToken.run_sync_soon``.
 
 The bound counts records handed over but not yet acknowledged. When it is reached, ``put``
 waits as long as it takes (the relay stops reading, and flow control slows the peers): a
@@ -31,7 +32,7 @@ import kafka
 import kafka.errors  # noqa: F401
 import trio
 
-from core.kafka import client_options as kafka_client_options
+from core.kafka import librdkafka_options
 
 log = logging.getLogger("ingest.kafka")
 
@@ -97,12 +98,6 @@ class _Record:
     gen: int = 0  # which KafkaProducer instance sent it
 
 
-class _Collateral(Exception):
-    """A record aborted because another record's refusal made the producer unusable: sent
-    again by the next producer."""
-    retriable = True
-
-
 @dataclass
 class ProducerStats:
     """Callbacks for the metrics; each may be called from any thread."""
@@ -155,8 +150,8 @@ class IngestProducer:
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: threading.Thread | None = None
         self._producer: Any = None
-        # kafka-python's idempotent producer aborts every batch and refuses further sends after
-        # one record is refused for good (e.g. MESSAGE_TOO_LARGE): the feeder then replaces it.
+        # librdkafka's idempotent producer refuses every send after a fatal error: the feeder
+        # then replaces it and sends its unacknowledged records again.
         self._gen = 0
         self._fatal_gen: int | None = None
         self._last_ack = time.monotonic()
@@ -168,7 +163,6 @@ class IngestProducer:
         self._last_error: BaseException | None = None
         self.failed: BaseException | None = None  # set when the feeder thread died
         self.dropped: collections.Counter[str] = collections.Counter()
-        self.crc = crc32c_implementation()
 
     # -- trio side -------------------------------------------------------------------------
 
@@ -181,8 +175,8 @@ class IngestProducer:
         self._token = trio.lowlevel.current_trio_token()
         self._thread = threading.Thread(target=self._feed, name="kafka-feeder", daemon=True)
         self._thread.start()
-        log.info("kafka: producing to %s on %s (acks=all, at most %d records buffered, CRC32C: %s)",
-                 self.settings.topic, self.settings.bootstrap_servers, self.settings.max_outstanding, self.crc)
+        log.info("kafka: producing to %s on %s (acks=all, idempotent, at most %d records buffered, librdkafka)",
+                 self.settings.topic, self.settings.bootstrap_servers, self.settings.max_outstanding)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -228,9 +222,13 @@ class IngestProducer:
         self.stats.outstanding(self.outstanding)
         if self._idle.is_set():
             self._idle = trio.Event()
-        # The feeder drains the deque until it is empty before it waits again: wake it only when
-        # this record found it empty (threading.Event.set takes a lock and notifies: per record
-        # it was a few per cent of the trio thread under a flat-out relay).
+        producer = self._producer
+        if not self._pending and producer is not None and self._fatal_gen != self._gen:
+            record.gen = self._gen
+            if self._produce(producer, record):  # queued in librdkafka: no thread hand-off
+                return True
+        # The feeder sends the deque's records in order; wake it only when this record found the
+        # deque empty (threading.Event.set takes a lock and notifies).
         wake = not self._pending
         self._pending.append(record)
         if wake:
@@ -299,7 +297,7 @@ class IngestProducer:
                     w.event.set()
                     if w.abandoned and w.on_late_ack is not None:
                         w.on_late_ack()
-            elif getattr(error, "retriable", False) or _is_timeout(error):
+            elif getattr(error, "retriable", False):
                 retry.append(record)
             else:
                 done += 1
@@ -309,7 +307,7 @@ class IngestProducer:
                     record.waiter.event.set()
         if retry:
             self._warn("retry", "kafka: delivery of %d records failed (%s), sending them again",
-                       len(retry), type(self._last_error).__name__)
+                       len(retry), self._last_error)
             for r in retry:
                 r.attempts += 1
                 self._pending.append(r)
@@ -325,12 +323,30 @@ class IngestProducer:
 
     # -- feeder / I/O threads ---------------------------------------------------------------
 
-    def _on_done(self, record: _Record, error: BaseException | None) -> None:
-        if error is not None and not (getattr(error, "retriable", False) or _is_timeout(error)):
-            if self._fatal_gen == record.gen:
-                error = _Collateral(f"aborted with the refused record: {error!r}")
-            else:
-                self._fatal_gen = record.gen  # this one is refused; the producer is unusable now
+    def _produce(self, producer: Any, record: _Record) -> bool:
+        """Queue `record` in librdkafka (any thread): True when queued or finished with (refused
+        for good); False when it must wait (librdkafka's local queue is full, the producer is
+        being replaced)."""
+        try:
+            producer.produce(self.settings.topic, record.value, record.key,
+                             on_delivery=lambda err, _msg, r=record: self._on_done(r, err))
+            return True
+        except BufferError:
+            return False
+        except Exception as exc:  # noqa: BLE001 - KafkaException: e.g. record too large (final)
+            err = exc.args[0] if exc.args else None
+            if err is not None and hasattr(err, "fatal") and (err.fatal() or err.retriable()):
+                return False
+            self._on_done(record, err if err is not None and hasattr(err, "code") else None, exc)
+            return True
+
+    def _on_done(self, record: _Record, err: Any, exc: BaseException | None = None) -> None:
+        """A delivery report (librdkafka's poll, on the feeder thread) or a refusal at produce."""
+        error: BaseException | None = None
+        if err is not None or exc is not None:
+            error = _DeliveryFailed(err, exc)
+            if err is not None and err.fatal():
+                self._fatal_gen = record.gen  # the producer is unusable now: the feeder replaces it
                 self._wake.set()
         if error is None:
             self.stats.produced(1)
@@ -346,37 +362,45 @@ class IngestProducer:
             except trio.RunFinishedError:
                 pass
 
+    def _on_client_error(self, err: Any) -> None:
+        """librdkafka's error callback (a broker unreachable, all brokers down, a fatal error)."""
+        if err.fatal():
+            log.error("kafka: fatal producer error: %s; replacing the producer", err)
+            self._fatal_gen = self._gen
+            self._wake.set()
+        else:
+            self._warn("connect", "kafka: %s (%s); %d records unacknowledged, librdkafka retries",
+                       err.str(), self.settings.bootstrap_servers, self.outstanding)
+
     def _connect(self) -> Any:
-        from kafka import KafkaProducer
-        from kafka.errors import KafkaError
+        from confluent_kafka import KafkaException, Producer
 
         s = self.settings
-        options: dict[str, Any] = {
-            "bootstrap_servers": s.bootstrap_servers.split(","),
+        conf: dict[str, Any] = {
+            "bootstrap.servers": s.bootstrap_servers,
             "acks": "all",
-            "enable_idempotence": True,
-            "linger_ms": s.linger_ms,
-            "batch_size": s.batch_bytes,
-            "delivery_timeout_ms": s.delivery_timeout_ms,
-            "request_timeout_ms": min(30_000, max(1_000, s.delivery_timeout_ms - s.linger_ms - 1)),
-            "max_request_size": 4 * 1024 * 1024,
-            # send() waits this long for metadata before the feeder retries (kafka-python: 60 s),
-            # so a shutdown while Kafka is down is not held up for a minute.
-            "max_block_ms": 10_000,
-            "metrics_enabled": False,
-            # Kafka down: retry at least every second, report every ~10 s (kafka-python: 30 s).
-            "reconnect_backoff_max_ms": 1000,
-            "bootstrap_timeout_ms": 10_000,
-            "client_id": "waku-bridge",
+            "enable.idempotence": True,
+            "linger.ms": s.linger_ms,
+            "batch.size": s.batch_bytes,
+            "delivery.timeout.ms": s.delivery_timeout_ms,
+            "request.timeout.ms": min(30_000, max(1_000, s.delivery_timeout_ms - s.linger_ms - 1)),
+            "message.max.bytes": 4 * 1024 * 1024,
+            # never the bound: max_outstanding is (BufferError only past this)
+            "queue.buffering.max.messages": max(100_000, 2 * s.max_outstanding),
+            # Kafka down: retry at least every second
+            "reconnect.backoff.max.ms": 1000,
+            "client.id": "waku-bridge",
+            "error_cb": self._on_client_error,
+            "logger": logging.getLogger("kafka.librdkafka.producer"),
         }
-        options.update(kafka_client_options(s.client_options))
+        conf.update(librdkafka_options(s.client_options))
         backoff = 1.0
         while not self._closing:
             try:
-                return KafkaProducer(**options)
-            except KafkaError as exc:
-                self._warn("connect", "kafka: cannot reach %s (%s); %d records buffered, retrying",
-                           s.bootstrap_servers, exc, len(self._pending))
+                return Producer(conf)
+            except KafkaException as exc:
+                self._warn("connect", "kafka: cannot create the producer for %s (%s); %d records buffered, "
+                           "retrying", s.bootstrap_servers, exc, len(self._pending))
                 self._wake.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
         return None
@@ -389,47 +413,38 @@ class IngestProducer:
             self.failed = exc
 
     def _feed_loop(self) -> None:
-        from kafka.errors import KafkaTimeoutError
-
-        producer = self._producer = self._connect()
+        producer = self._connect()
+        self._producer = producer
         try:
             while producer is not None:
-                self._wake.wait(1.0)
-                self._wake.clear()
                 if self._fatal_gen == self._gen:
-                    log.warning("kafka: a record was refused for good; replacing the producer")
-                    try:
-                        producer.close(timeout=2)
-                    except Exception:  # noqa: BLE001 - it is broken already
-                        pass
+                    log.warning("kafka: the producer failed for good; replacing it")
+                    self._producer = None
+                    _dispose(producer)  # its records come back (retriable) and are sent again
                     self._gen += 1
-                    producer = self._producer = self._connect()
+                    producer = self._connect()
+                    self._producer = producer
                     if producer is None:
                         break
                 while self._pending:
                     record = self._pending.popleft()
                     record.gen = self._gen
-                    try:
-                        future = producer.send(self.settings.topic, key=record.key, value=record.value)
-                    except KafkaTimeoutError as exc:  # no metadata / buffer full for max_block_ms
+                    if not self._produce(producer, record):
                         self._pending.appendleft(record)
-                        self._warn("send", "kafka: cannot send (%s); %d records waiting", exc, len(self._pending))
+                        self._warn("send", "kafka: librdkafka's queue is full; %d records waiting", len(self._pending))
                         break
-                    except Exception as exc:  # noqa: BLE001 - e.g. record too large: final
-                        self._on_done(record, exc)
-                        continue
-                    future.add_callback(lambda _md, r=record: self._on_done(r, None))
-                    future.add_errback(lambda e, r=record: self._on_done(r, e))
+                self._wake.clear()
+                # delivery reports (and the callbacks above) are served here
+                producer.poll(0.005 if self._pending else 0.1)
                 if self._closing:
                     break
                 if not self._pending:
                     self._report_stall()
         finally:
+            self._producer = None
             if producer is not None:
-                try:
-                    producer.flush(timeout=5)
-                finally:
-                    producer.close(timeout=5)
+                producer.flush(5)
+                _dispose(producer)
 
     def oldest_unacked_s(self) -> float:
         """How long the oldest record not yet acknowledged has waited (0: none waits)."""
@@ -460,7 +475,27 @@ class IngestProducer:
             log.log(level, msg, *args)
 
 
-def _is_timeout(error: BaseException) -> bool:
-    from kafka.errors import KafkaTimeoutError
+def _dispose(producer: Any) -> None:
+    """Stop a librdkafka producer now: what it still holds comes back as failed delivery
+    reports (purged: sent again, or counted at shutdown), then its threads end."""
+    try:
+        producer.purge()
+        producer.poll(0)
+        producer.close()
+    except Exception as exc:  # noqa: BLE001 - going away either way
+        log.debug("kafka: closing the producer: %s", exc)
 
-    return isinstance(error, KafkaTimeoutError)
+
+# librdkafka's local errors after which a record is sent again (it may be in Kafka already: the
+# store de-duplicates by message hash).
+_RESEND = ("_MSG_TIMED_OUT", "_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN", "_PURGE_QUEUE", "_PURGE_INFLIGHT",
+           "_FATAL", "_DESTROY")
+
+
+class _DeliveryFailed(Exception):
+    """A record librdkafka did not deliver: `retriable` when it is to be sent again."""
+
+    def __init__(self, err: Any, exc: BaseException | None = None) -> None:
+        self.name = err.name() if err is not None else type(exc).__name__
+        super().__init__(f"{self.name}: {err.str() if err is not None else exc}")
+        self.retriable = err is not None and (err.retriable() or err.fatal() or self.name in _RESEND)
