@@ -153,6 +153,9 @@ class Side:
     cpu_by_process: Callable[[], dict[str, float]] = dict
     stored: Callable[[], int] = lambda: 0
     bridge_received: Callable[[], float | None] = lambda: None
+    metrics: Callable[[], dict[str, float]] = dict  # ours: the bridge's Prometheus sample
+    # ours: {message hash (0x hex): (bridge receive, message append, push append)} wall seconds
+    stage_times: Callable[[], dict[str, tuple[float, float, float]]] = dict
     extra: dict = field(default_factory=dict)
 
     def cpu(self) -> float:
@@ -232,24 +235,23 @@ def _process_groups(root: int) -> dict[int, str]:
         new = {p for p, pp in parent.items() if pp in members and p not in members}
         members |= new
         grew = bool(new)
+    groups: dict[int, str] = {}
+    for p in members:  # the group's commands, joined
+        if p in pgid:
+            groups[pgid[p]] = groups.get(pgid[p], "") + " | " + cmd.get(p, "")
     out: dict[int, str] = {}
-    for p in members:
-        g = pgid.get(p)
-        if g is None or g in out:
-            continue
-        c = cmd.get(g, cmd.get(p, ""))
-        if "spark-submit" in c:
-            m = re.search(r"spark-submit\.sh (\w+)", c)
-            name = f"{m.group(1) if m else 'spark'} job"
+    for g, c in groups.items():
+        job = re.search(r"jobs/(\w+)\.py", c)
+        if job:  # a Spark job: ./spark-submit.sh's JVM and its Python driver
+            out[g] = f"{job.group(1)} job"
+        elif "kafka.Kafka" in c:
+            out[g] = "broker"
         elif "ingest.cli" in c:
-            name = "bridge"
-        elif "kafka" in c.lower():
-            name = "broker"
+            out[g] = "bridge"
         elif "local_run" in c:
-            name = "local_run"
+            out[g] = "local_run"
         else:
-            name = f"pgid {g}"
-        out[g] = name
+            out[g] = f"pgid {g}"
     return out
 
 
@@ -315,8 +317,54 @@ def start_ours(tmp: Path) -> Side:
         except OSError:
             return None
 
+    def metrics() -> dict[str, float]:
+        try:
+            return scrape(metrics_port)
+        except OSError:
+            return {}
+
+    def stage_times() -> dict[str, tuple[float, float, float]]:
+        return kafka_stage_times(f"127.0.0.1:{kafka_port}", "sbs.messages", "sbs.push.")
+
     return Side("ours", tmp, addr=addr, startup_s=startup, stop=stop, cpu_by_process=cpu_by_process,
-                stored=stored, bridge_received=bridge_received, extra={"processes": sorted(set(groups.values()))})
+                stored=stored, bridge_received=bridge_received, stage_times=stage_times, metrics=metrics,
+                extra={"processes": sorted(set(groups.values()))})
+
+
+def kafka_stage_times(bootstrap: str, messages: str, push_prefix: str) -> dict[str, tuple[float, float, float]]:
+    """Per message hash: the bridge's receive time (IngestRecord.received_time), the message's
+    append to `messages` and its push record's append to a `push_prefix*` topic (broker clock:
+    LogAppendTime), for the filter phases' stage breakdown."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from core.records import decode_push
+    from core.validation import decode_ingest
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                             fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=16 * 1024 * 1024)
+    try:
+        topics = [t for t in consumer.topics() if t == messages or t.startswith(push_prefix)]
+        parts = [TopicPartition(t, p) for t in topics for p in (consumer.partitions_for_topic(t) or ())]
+        consumer.assign(parts)
+        consumer.seek_to_beginning()
+        end = consumer.end_offsets(parts)
+        recv: dict[str, tuple[float, float]] = {}
+        pushed: dict[str, float] = {}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and any(consumer.position(p) < end[p] for p in parts):
+            for tp, recs in consumer.poll(timeout_ms=500, max_records=100_000).items():
+                for r in recs:
+                    if tp.topic == messages:
+                        f = decode_ingest(r.value)
+                        if f.has_message and r.key:
+                            recv.setdefault("0x" + r.key.hex(), (f.received_time, r.timestamp / 1000))
+                    else:
+                        rec = decode_push(r.value)
+                        if rec is not None:
+                            pushed.setdefault("0x" + rec.message_hash.hex(), r.timestamp / 1000)
+        return {h: (*recv[h], pushed[h]) for h in recv if h in pushed}
+    finally:
+        consumer.close()
 
 
 # -- phases ---------------------------------------------------------------------------------------
@@ -329,12 +377,12 @@ def common(side: Side) -> list[str]:
     return ["--peer", side.addr, "--cluster-id", "1", "--pubsub-topic", PUBSUB_TOPIC]
 
 
-def wait_stored(side: Side, target: int, timeout: float) -> tuple[int, float]:
-    """Polls the side's store until it holds `target` messages or stops growing for 10 s;
+def wait_stored(side: Side, target: float, timeout: float, still_s: float = 10.0) -> tuple[int, float]:
+    """Polls the side's store until it holds `target` messages or stops growing for `still_s`;
     (count, wall time of the last growth)."""
     last, last_at = side.stored(), time.time()
     deadline = time.monotonic() + timeout
-    while last < target and time.monotonic() < deadline and time.time() - last_at < 10:
+    while last < target and time.monotonic() < deadline and time.time() - last_at < still_s:
         time.sleep(0.25)
         n = side.stored()
         if n != last:
@@ -374,7 +422,9 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
                     "--seconds", str(warm + window + 2), "--linger", "2", "--timeout", "120"],
                    log.with_suffix(".publisher.log"))
     try:
+        m0 = side.metrics()
         ws, we, c0, c1 = timed_window(pub, warm, window, side)
+        m1 = side.metrics()
         pub_summary = pub.finish(warm + window + 120)
         time.sleep(10)  # the last pushes of the window arrive
         fm.proc.send_signal(signal.SIGINT)
@@ -389,6 +439,34 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
     wlat = [(recv[h][1] - ts) / 1e6 for h, ts in warmup if h in recv]
     s = latency_summary(lat, len(offered), digits=2)
     w = latency_summary(wlat, len(warmup), digits=1)
+    stages: dict = {}
+    try:
+        st = side.stage_times()
+    except Exception as exc:  # noqa: BLE001 - the breakdown is an extra
+        st, stages["error"] = {}, str(exc)
+    if st:  # ours: where the time of each delivered push of the window went (ms)
+        spans: dict[str, list[float]] = {"publish>bridge": [], "bridge>messages": [], "messages>push record": [],
+                                         "push record>client": []}
+        for h, ts in offered:
+            if h in st and h in recv:
+                rx, m_app, p_app = st[h]
+                got = recv[h][1] / 1e9
+                for k, v in zip(spans, (rx - ts / 1e9, m_app - rx, p_app - m_app, got - p_app), strict=True):
+                    spans[k].append(v * 1000)
+        for k, v in spans.items():
+            x = latency_summary(v, len(v), digits=1)
+            stages[k] = {"p50": x.p50, "p99": x.p99, "max": x.max}
+    if m0 and m1:  # the bridge's pusher, per push of the window (ms): its waku_filter_push_stage_seconds
+        key = 'waku_filter_pushes_total{outcome="pushed"}'
+        pushed = m1.get(key, 0.0) - m0.get(key, 0.0)
+        stages["bridge_pushed"] = pushed
+        for k in m1:
+            if k.startswith("waku_filter_push_stage_seconds_total{") and pushed:
+                stages["bridge_" + k.split('stage="')[1].split('"')[0] + "_ms_per_push"] = round(
+                    (m1[k] - m0.get(k, 0.0)) * 1000 / pushed, 3)
+        for k in m1:
+            if k.startswith("waku_filter_pushes_total{"):
+                stages["bridge_" + k.split('outcome="')[1].split('"')[0]] = m1[k] - m0.get(k, 0.0)
     cpu = cpu_delta(c0, c1)
     cpu_s = sum(cpu.values())
     return {
@@ -402,6 +480,7 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
         "cpu_ms_per_push": round(cpu_s * 1000 / s.delivered, 2) if s.delivered else None,
         "cores": round(cpu_s / (we - ws), 3),
         "clients_failed": fsum.get("failed_clients"), "clients_error": fsum.get("error"),
+        **({"stages_ms": stages} if stages else {}),
     }
 
 
@@ -439,7 +518,7 @@ def phase_queryable(side: Side, msg_rate: float, warm: float, window: float) -> 
 
 
 def phase_flat(side: Side, seconds: float) -> dict:
-    stored0 = side.stored()
+    stored0, _ = wait_stored(side, float("inf"), 300, still_s=3)  # the earlier phases are stored
     recv0 = side.bridge_received()
     pub = GoClient(["relay-publish", *common(side), "--content-topic", "/sbs/1/flat/proto", "--rate", "0",
                     "--seconds", str(seconds), "--quiet", "--linger", "5", "--payload-size", "1024",
