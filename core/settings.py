@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from core.config import Config
 
@@ -50,6 +51,77 @@ def local_path(location: str) -> str | None:
     if location.startswith("file:"):
         return "/" + location[len("file:"):].lstrip("/")
     return None if "://" in location else location
+
+
+def is_s3(location: str) -> bool:
+    """Whether a warehouse location is on an S3 object store (`s3a://`, `s3://`, `s3n://`)."""
+    return location.split("://", 1)[0] in ("s3a", "s3", "s3n") and "://" in location
+
+
+@dataclass(frozen=True)
+class ObjectStoreSettings:
+    """How to reach the S3 object store of an `s3a://` warehouse ([warehouse] s3_*): one set of
+    settings that feeds Spark's S3A file system (`spark_options`, merged under
+    `spark.options`), delta-rs (`storage_options`) and Arrow (the store service's Parquet reads).
+    Empty credentials: each client's default AWS chain (environment, profile, instance role)."""
+    endpoint: str = ""  # e.g. http://127.0.0.1:8333; empty: AWS
+    region: str = "us-east-1"
+    path_style: bool = False
+    access_key: str = ""
+    secret_key: str = ""
+
+    @property
+    def allow_http(self) -> bool:
+        return self.endpoint.startswith("http://")
+
+    def spark_options(self) -> dict[str, str]:
+        """Spark's `spark.hadoop.fs.s3a.*` settings (hadoop-aws) and Delta's log store for
+        s3a:// (waku.pipeline.S3ConditionalLogStore: commits by conditional PUT, safe for the
+        several drivers that write one table; docs/decisions.md)."""
+        p = "spark.hadoop.fs.s3a."
+        out = {p + "endpoint.region": self.region, p + "path.style.access": str(self.path_style).lower(),
+               p + "create.conditional.enabled": "true",
+               "spark.delta.logStore.s3a.impl": "waku.pipeline.S3ConditionalLogStore"}
+        if self.endpoint:
+            out[p + "endpoint"] = self.endpoint
+            out[p + "connection.ssl.enabled"] = str(not self.allow_http).lower()
+        if self.access_key:
+            out[p + "access.key"] = self.access_key
+            out[p + "secret.key"] = self.secret_key
+            out[p + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        return out
+
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's storage options (its object store's `AWS_*` keys). delta-rs commits with
+        S3's conditional PUT (If-None-Match) by itself: safe for several writers (docs/decisions.md)."""
+        out = {"AWS_REGION": self.region, "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": str(not self.path_style).lower()}
+        if self.endpoint:
+            out["AWS_ENDPOINT_URL"] = self.endpoint
+            out["AWS_ALLOW_HTTP"] = str(self.allow_http).lower()
+        if self.access_key:
+            out["AWS_ACCESS_KEY_ID"] = self.access_key
+            out["AWS_SECRET_ACCESS_KEY"] = self.secret_key
+        return out
+
+    def environment(self) -> dict[str, str]:
+        """The `AWS_*` environment variables of this store: what delta-rs (and Arrow) read when
+        given no storage options, as a job driver's log checkpoints and job_metrics appends are
+        (pipeline/spark/entrypoint.setup_job sets them for an s3a:// warehouse)."""
+        return {k: v for k, v in self.storage_options().items() if k.startswith("AWS_")}
+
+    def arrow_filesystem(self) -> Any:
+        """Arrow's S3 file system for this store (pyarrow.fs.S3FileSystem; paths `bucket/key`)."""
+        from pyarrow import fs
+
+        scheme, _, endpoint = self.endpoint.partition("://") if self.endpoint else ("https", "", "")
+        return fs.S3FileSystem(access_key=self.access_key or None, secret_key=self.secret_key or None,
+                               region=self.region, endpoint_override=endpoint or None, scheme=scheme,
+                               force_virtual_addressing=not self.path_style)
+
+    @classmethod
+    def from_config(cls, config: Config) -> ObjectStoreSettings:
+        w = config["warehouse"]
+        return cls(w["s3_endpoint"], w["s3_region"], w["s3_path_style"], w["s3_access_key"], w["s3_secret_key"])
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.config import REPO_ROOT, Config, ConfigError
+from core.settings import ObjectStoreSettings, is_s3
 
 SPARK_DEFAULTS = REPO_ROOT / "conf" / "spark-defaults.conf"
 # Set by spark-submit.sh: master, jars and defaults already came in on the command line.
@@ -30,8 +31,13 @@ class SparkSettings:
     @classmethod
     def from_config(cls, config: Config) -> SparkSettings:
         s = config["spark"]
+        # An s3a:// warehouse: its [warehouse] s3_* settings as spark.hadoop.fs.s3a.*, under
+        # spark.options (which win).
+        store: dict[str, str] = {}
+        if is_s3(config.path("warehouse.root")) or is_s3(config.path("warehouse.checkpoints")):
+            store = ObjectStoreSettings.from_config(config).spark_options()
         return cls(s["master"], s["app_name_prefix"], s["shuffle_partitions"], config.path("spark.jar_dir"),
-                   config.spark_options())
+                   {**store, **config.spark_options()})
 
     def jars(self) -> list[str]:
         """The jars resolved at set-up (Delta, Kafka source and sink, the protobuf decoder)."""

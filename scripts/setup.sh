@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set everything up from nothing, idempotently: system packages, .venv, JVM jars, the JVM
 # protobuf decoder; with --with-interop also the reference Waku clients the interop tests run
-# (go-waku from the Go module proxy, js-waku from npm). Safe to run again; it only does what is
+# (go-waku from the Go module proxy, js-waku from npm) and SeaweedFS, the S3 server of the object
+# storage tests (Go module proxy). Safe to run again; it only does what is
 # missing or changed. Every failure ends with one line starting "error:".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,6 +72,8 @@ if [ "${1:-}" = "--with-interop" ]; then
   command -v npm >/dev/null || apt_install npm
   say "reference clients for the interop tests (go-waku, js-waku)"
   bash tests/interop/go/build.sh >/dev/null || exit 2
+  # SeaweedFS's S3 gateway, the object store of tests/integration/test_store_on_s3.py.
+  bash scripts/build_seaweedfs.sh || exit 2
   bash tests/interop/js/install.sh || exit 2
 fi
 

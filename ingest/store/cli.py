@@ -249,7 +249,7 @@ async def run_query(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         settings = ReaderSettings.from_config(config)
         if args.table:
             settings = ReaderSettings(args.table, settings.limits, settings.max_scan_rows, settings.refresh_interval_s,
-                                      settings.cache_mb)
+                                      settings.cache_mb, object_store=settings.object_store)
         reader = StoreReader(settings)
         if reader.refresh() is None:
             print(f"waku-store: no Delta table at {settings.table_path}", file=err)

@@ -31,7 +31,7 @@ import math
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral
 from typing import TYPE_CHECKING, Any, Literal
@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from core.config import Config
+from core.settings import ObjectStoreSettings, is_s3
 from core.store_page import (
     MAX_DIGEST,
     MIN_DIGEST,
@@ -80,12 +81,34 @@ class ReaderSettings:
     cache_mb: int = 512
     # follow() reads the newest row groups into the cache, up to this much (MiB).
     preload_mb: int = 0
+    # How to reach an s3a:// table ([warehouse] s3_*); unused for a local one.
+    object_store: ObjectStoreSettings = ObjectStoreSettings()
 
     @classmethod
     def from_config(cls, config: Config) -> ReaderSettings:
         s = config["store_service"]
         return cls(config.table_path("messages"), StoreLimits.from_config(config), s["max_scan_rows"],
-                   s["refresh_interval_s"], s["cache_mb"], s["preload_mb"])
+                   s["refresh_interval_s"], s["cache_mb"], s["preload_mb"], ObjectStoreSettings.from_config(config))
+
+    def storage_options(self) -> dict[str, str] | None:
+        """delta-rs's storage options of the table (None: a local table)."""
+        return self.object_store.storage_options() if is_s3(self.table_path) else None
+
+
+ParquetOpener = Callable[[str], pq.ParquetFile]
+
+
+def parquet_opener(location: str, store: ObjectStoreSettings) -> ParquetOpener:
+    """Opens a table's Parquet files where the table is: the local file system, or S3 through
+    Arrow's S3 file system with the warehouse's endpoint and credentials (a file's path is then
+    its full URI, `s3a://bucket/key`)."""
+    if not is_s3(location):
+        return pq.ParquetFile
+    s3 = store.arrow_filesystem()
+
+    def open_s3(path: str) -> pq.ParquetFile:
+        return pq.ParquetFile(s3.open_input_file(path.split("://", 1)[1]))
+    return open_s3
 
 
 @dataclass
@@ -287,7 +310,8 @@ class _HashIndex:
     indexed file (re-indexing a file once removed it and added it back, and a lookup in between
     missed its rows: a v3 cursor answered "not a stored message")."""
 
-    def __init__(self) -> None:
+    def __init__(self, open_parquet: ParquetOpener = pq.ParquetFile) -> None:
+        self._open = open_parquet
         self._numbers: dict[str, int] = {}  # path -> file number
         self._paths: dict[int, str] = {}
         self._segments: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (prefixes, file numbers, locations)
@@ -315,10 +339,9 @@ class _HashIndex:
                 self._insert(path, keys, locs)
             return every
 
-    @staticmethod
-    def _read(path: str) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+    def _read(self, path: str) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
         """(prefixes, locations, hashes) of a data file's rows (its message_hash column)."""
-        pf = pq.ParquetFile(path)
+        pf = self._open(path)
         every: list[bytes] = []
         parts_k, parts_l = [], []
         if "message_hash" in pf.schema_arrow.names:
@@ -458,7 +481,8 @@ class StoreReader:
         self._stop = threading.Event()
         self._thread: SupervisedThread | None = None  # follow()
         self.row_groups_read = 0
-        self._hashes = _HashIndex()
+        self._open = parquet_opener(settings.table_path, settings.object_store)
+        self._hashes = _HashIndex(self._open)
         self._indexed_version: int | None = None  # every data file of this snapshot version is indexed
         np.asarray(pa.array([0.0]))  # one-time Arrow/NumPy set-up (about a second), not on a query
 
@@ -473,9 +497,10 @@ class StoreReader:
             committed = self.tail.committed() if self.tail is not None else None
             try:
                 if self._table is None:
-                    if not DeltaTable.is_deltatable(self.settings.table_path):
+                    options = self.settings.storage_options()
+                    if not DeltaTable.is_deltatable(self.settings.table_path, options):
                         return None
-                    self._table = DeltaTable(self.settings.table_path)
+                    self._table = DeltaTable(self.settings.table_path, storage_options=options)
                 else:
                     try:
                         self._table.update_incremental()
@@ -484,7 +509,8 @@ class StoreReader:
                         # this version are cleaned up (the log is kept an hour on the store
                         # tables); should an update fail anyway, load the table afresh.
                         log.info("reloading %s from its latest checkpoint (%s)", self.settings.table_path, exc)
-                        self._table = DeltaTable(self.settings.table_path)
+                        self._table = DeltaTable(self.settings.table_path,
+                                                 storage_options=self.settings.storage_options())
             except Exception as exc:  # noqa: BLE001 - keep serving the last snapshot
                 log.warning("cannot refresh %s: %s", self.settings.table_path, exc)
                 return self.snapshot.version if self.snapshot else None
@@ -710,7 +736,7 @@ class StoreReader:
             if rgs is None:
                 if cached_only:
                     raise NotCached(f.path)
-                rgs = _footer_stats(pq.ParquetFile(f.path).metadata)
+                rgs = _footer_stats(self._open(f.path).metadata)
                 self._footers[f.path] = rgs
             f.row_groups = rgs
         return f.row_groups
@@ -721,7 +747,7 @@ class StoreReader:
         if g is None:
             if cached_only:
                 raise NotCached(path)
-            pf = pq.ParquetFile(path)
+            pf = self._open(path)
             have = set(pf.schema_arrow.names)
             g = _Group(pf.read_row_group(group, columns=[c for c in PAGE_COLUMNS if c in have]))
             self.row_groups_read += 1
@@ -870,11 +896,13 @@ MESSAGES_ARROW_SCHEMA = pa.schema([pa.field(name, _ARROW_TYPES[kind], nullable)
 
 
 def write_messages(path: str, rows: pa.Table, mode: Literal["error", "append", "ignore", "overwrite"] = "append",
-                   max_row_group_size: int = 16384) -> None:
+                   max_row_group_size: int = 16384, storage_options: dict[str, str] | None = None) -> None:
     """Append Arrow rows (MESSAGES_ARROW_SCHEMA) to the Delta messages table at `path`, with
-    the store job's partitioning and statistics columns (tests, benchmarks)."""
+    the store job's partitioning and statistics columns (tests, benchmarks); `storage_options`
+    for an s3a:// table (`ObjectStoreSettings.storage_options`)."""
     from deltalake import WriterProperties, write_deltalake
 
     write_deltalake(path, rows.cast(MESSAGES_ARROW_SCHEMA), mode=mode, partition_by=list(MESSAGES_PARTITION_BY),
                     configuration={"delta.dataSkippingStatsColumns": MESSAGES_STATS_COLUMNS},
-                    writer_properties=WriterProperties(max_row_group_size=max_row_group_size))
+                    writer_properties=WriterProperties(max_row_group_size=max_row_group_size),
+                    storage_options=storage_options)

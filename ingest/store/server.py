@@ -108,6 +108,9 @@ class StoreMetrics:
                                  buckets=LATENCY_BUCKETS, registry=r)
         self.v3 = Counter("waku_store_v3_queries", "Store v3 queries answered, by status code", ["status"],
                           registry=r)
+        self.tail_lag = Histogram("waku_store_tail_lag_seconds",
+                                  "Age of the oldest record of each batch the fresh tail takes in (Kafka append -> in the tail)",
+                                  buckets=LATENCY_BUCKETS, registry=r)
         for reason in REJECT_REASONS:
             self.rejected.labels(reason)
         for reason in CLOSE_REASONS:
@@ -161,12 +164,13 @@ class StoreServer:
         tail = None
         if settings.tail is not None:
             t = settings.tail
-            tail = Tail(t.max_messages, lambda: committed_offsets(t.checkpoint_path, t.topic))
+            tail = Tail(t.max_messages, lambda: committed_offsets(t.checkpoint_path, t.topic, t.object_store))
         reader = StoreReader(settings.reader, tail)
         reader.follow()
         server = cls(reader, settings, StoreMetrics(registry))
         if tail is not None:
             server.follower = TailFollower(t, tail, reader.durable_among, reader.hashes_ready)
+            server.follower.on_taken = server.metrics.tail_lag.observe
             server.follower.start()
             server.metrics.watch_tail(tail)
             follower = server.follower

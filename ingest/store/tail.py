@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.config import Config, ConfigError
 from core.kafka import librdkafka_options
-from core.settings import local_path
+from core.settings import ObjectStoreSettings, is_s3, local_path
 from core.store_page import StoredMessage, StoreQuery, in_window
 from core.validation import Limits, decode_ingest, rejection_reason
 
@@ -90,6 +90,8 @@ class TailSettings:
     # this long, then is answered "unavailable": answering from Delta alone would take back
     # messages the service answered before it restarted.
     ready_wait_s: float = 5.0
+    # How to read an s3a:// checkpoint ([warehouse] s3_*).
+    object_store: ObjectStoreSettings = ObjectStoreSettings()
 
     @classmethod
     def from_config(cls, config: Config) -> TailSettings:
@@ -101,7 +103,7 @@ class TailSettings:
                 raise ConfigError(f"store_service.{key}: expected 0 or more, got {s[key]}")
         return cls(config.bootstrap_servers(), config.kafka_client_options(), config.get("topics.messages"),
                    Limits.from_config(config), s["tail_max_messages"], config.checkpoint_path("store"),
-                   s["tail_lookback_s"], s["tail_ready_wait_s"])
+                   s["tail_lookback_s"], s["tail_ready_wait_s"], ObjectStoreSettings.from_config(config))
 
 
 NO_KAFKA_TIMESTAMP = 0  # confluent_kafka.TIMESTAMP_NOT_AVAILABLE (a test checks they agree)
@@ -423,12 +425,15 @@ class Tail:
             return [StoredMessage(*self._entries[k[2]]) for k in self._all if self._live(k) and k[2] not in hidden]
 
 
-def committed_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
+def committed_offsets(checkpoint: str, topic: str,
+                      store: ObjectStoreSettings | None = None) -> dict[int, int] | None:
     """Where the store job's committed data ends in `topic`: {partition: next offset} from the
     offset log of the last batch with a commit marker in its checkpoint (Spark's
     `offsets/<batch>` and `commits/<batch>` files), or None when there is no local checkpoint.
     A batch's Delta commit precedes its commit marker, so everything before these offsets is in
     the table; a later batch may be too (the hash check takes care of it)."""
+    if checkpoint and store is not None and is_s3(checkpoint):
+        return _s3_committed_offsets(checkpoint, topic, store)
     root = local_path(checkpoint) if checkpoint else None
     if root is None:
         return None
@@ -445,6 +450,28 @@ def committed_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
                 return {int(p): int(o) for p, o in offsets[topic].items()}
     except (OSError, ValueError) as exc:
         log.warning("cannot read the store job's offsets in %s: %s", root, exc)
+    return None
+
+
+def _s3_committed_offsets(checkpoint: str, topic: str, store: ObjectStoreSettings) -> dict[int, int] | None:
+    """committed_offsets of a checkpoint on S3 (read with Arrow's S3 file system)."""
+    from pyarrow import fs
+
+    root = checkpoint.split("://", 1)[1].rstrip("/")
+    try:
+        s3 = store.arrow_filesystem()
+        listed = s3.get_file_info(fs.FileSelector(f"{root}/commits", allow_not_found=True))
+        commits = [int(i.base_name) for i in listed if i.base_name.isdigit()]
+        if not commits:
+            return None
+        with s3.open_input_stream(f"{root}/offsets/{max(commits)}") as f:
+            lines = f.read().decode().splitlines()
+        for line in lines[2:]:
+            offsets = json.loads(line)
+            if topic in offsets:
+                return {int(p): int(o) for p, o in offsets[topic].items()}
+    except (OSError, ValueError) as exc:
+        log.warning("cannot read the store job's offsets in %s: %s", checkpoint, exc)
     return None
 
 
@@ -466,6 +493,9 @@ class TailFollower:
         self.failures = 0  # how many times the loop failed and was started again
         self.consumed = 0
         self.refused: dict[str, int] = {}
+        # Called after each batch taken in with its oldest record's age (now - Kafka append time):
+        # how late the tail is (the bridge's waku_store_tail_lag_seconds).
+        self.on_taken: Callable[[float], None] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="store-tail", daemon=True)
 
@@ -611,6 +641,10 @@ class TailFollower:
                         self._kafka_error(err)
                 if records:
                     self._take(records)
+                    if self.on_taken is not None:
+                        appended = [t for _, _, _, t in records if t is not None]
+                        if appended:
+                            self.on_taken(time.time() - min(appended))
                 if pending:
                     pending.difference_update(reached)
                     if not pending:
@@ -626,7 +660,7 @@ class TailFollower:
         from confluent_kafka import TopicPartition
 
         s = self.settings
-        committed = committed_offsets(s.checkpoint_path, s.topic)
+        committed = committed_offsets(s.checkpoint_path, s.topic, s.object_store)
         if committed is not None:
             self._origin = "the store job's last committed batch"
             starts = {p: committed.get(p, low) for p, (low, _) in bounds.items()}
