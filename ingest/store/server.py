@@ -109,7 +109,8 @@ class StoreMetrics:
         self.v3 = Counter("waku_store_v3_queries", "Store v3 queries answered, by status code", ["status"],
                           registry=r)
         self.tail_lag = Histogram("waku_store_tail_lag_seconds",
-                                  "Age of the oldest record of each batch the fresh tail takes in (Kafka append -> in the tail)",
+                                  "Age of the oldest record of each batch the fresh tail takes in "
+                                  "(Kafka append -> in the tail)",
                                   buckets=LATENCY_BUCKETS, registry=r)
         for reason in REJECT_REASONS:
             self.rejected.labels(reason)

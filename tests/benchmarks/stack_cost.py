@@ -6,8 +6,8 @@
 Starts the stack as `tools.local_run --no-demo --no-dashboard` does (embedded Kafka, the store,
 subscriptions and filter jobs through ./spark-submit.sh, the bridge on cluster 1, every shard) on
 free ports in a temporary directory (tests/benchmarks/relay_flat_out.py's start; `--set` items
-are added to its overrides). Start-up (local_run started -> the bridge listens and the store job
-made its table) is reported apart as `startup_s`; then `--settle-s` (60; 30 with --quick) are let
+are added to its overrides). Start-up (local_run started -> the bridge listens and every job's
+streaming query has started) is reported apart as `startup_s`; then `--settle-s` (60; 30 with --quick) are let
 pass (the jobs' first batches, the JIT's first compiles: C2 takes ~0.2 core a JVM for a minute).
 
 - Idle: CPU of every process over `--idle-s` (60; 30 with --quick) with no traffic.
@@ -21,7 +21,9 @@ pass (the jobs' first batches, the JIT's first compiles: C2 takes ~0.2 core a JV
   `--probe-every` (200), asks the bridge's store service for it by hash (a store v3 query of every
   unanswered probe every 10 ms): queryable latency = the first answer holding it - the record's
   Kafka append time (LogAppendTime), over every probe, unanswered in 10 s = +inf
-  (tests/benchmarks/stats.py).
+  (tests/benchmarks/stats.py). Where it goes, from the bridge's histograms in the window: Kafka
+  append -> in the fresh tail (`tail_lag_ms`, each batch's oldest record) and a query's service
+  time (`store_query_ms`).
 
 Processes are the local run's process groups (tools/processes.py group_cpu_s): `broker`, `store`,
 `subscriptions` and `filter` jobs (spark-submit's JVM and the Python driver), `bridge`, and
@@ -57,7 +59,7 @@ from tests.benchmarks.relay_flat_out import (  # noqa: E402 - run as a script: t
     total,
     wait_local_run,
 )
-from tests.benchmarks.stats import latency_summary  # noqa: E402
+from tests.benchmarks.stats import histogram_percentile, latency_summary  # noqa: E402
 from tools.processes import _stat_cpu_s, free_port, group_cpu_s  # noqa: E402
 
 TOPIC = "cost.messages"
@@ -166,6 +168,44 @@ def report(title: str, w: Window) -> None:
         print(f"  {name:14s} {c:.3f}", flush=True)
         for t, tc in w.top_threads.get(name, []):
             print(f"      {t:18s} {tc:.4f}", flush=True)
+
+
+JOB_STARTED = {"store": "store query started", "subscriptions": "subscriptions query started",
+               "filter": "filter query started"}
+
+
+def wait_queries(local: subprocess.Popen, logs: Path, timeout_s: float = 900) -> None:
+    """Until every job's streaming query has started (a job's table exists well before its query
+    runs: minutes on a loaded machine)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and local.poll() is None:
+        if all(JOB_STARTED[j] in _text(logs / f"{j}-job.log") for j in JOB_STARTED):
+            return
+        time.sleep(1)
+    raise RuntimeError(f"the jobs' queries did not start (logs in {logs})")
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def buckets(before: dict[str, float], after: dict[str, float], name: str) -> list[tuple[float, float]]:
+    """[(upper bound, cumulative count)] of histogram `name` between two scrapes."""
+    out = []
+    for key, v in after.items():
+        m = re.fullmatch(name + r'_bucket\{le="([^"]+)"\}', key)
+        if m:
+            out.append((float(m.group(1)), v - before.get(key, 0.0)))
+    return sorted(out)
+
+
+def hist_ms(before: dict[str, float], after: dict[str, float], name: str) -> dict[str, float | None]:
+    """p50 / p99 (ms, a bucket's upper bound: tests/benchmarks/stats.py) of histogram `name`."""
+    b = buckets(before, after, name)
+    return {f"p{p}": (None if (v := histogram_percentile(b, p)) is None else round(v * 1000, 1)) for p in (50, 99)}
 
 
 def received_since(metrics_port: int, before: dict[str, float]) -> float:
@@ -305,6 +345,7 @@ def main() -> int:
         began = time.monotonic()
         local = start_local_run(stack_overrides(tmp, kafka_port, metrics_port, TOPIC) + args.overrides, run_log)
         addr = wait_local_run(local, run_log)
+        wait_queries(local, tmp / "var")
         result["startup_s"] = round(time.monotonic() - began, 1)
         time.sleep(settle)
         groups = stack_groups(local.pid)
@@ -358,6 +399,7 @@ def main() -> int:
             w.start()
             summary = go_summary(go)
             took = w.stop()
+            after = scrape(metrics_port)
             received = received_since(metrics_port, before)
             prober.send_signal(signal.SIGTERM)
             prober.wait(30)
@@ -366,14 +408,18 @@ def main() -> int:
             offered = sum(1 for r in rows if "hash" in r)
             s = latency_summary(lat, offered, digits=1)
             report(f"freshness {args.freshness_rate:g} msg/s ({took:.0f} s, {received:.0f} received)", w)
+            tail_lag = hist_ms(before, after, "waku_store_tail_lag_seconds")
+            query = hist_ms(before, after, "waku_store_query_seconds")
             print(f"queryable after the Kafka append: p50 {s.p50} ms, p99 {s.p99} ms, max {s.max} ms "
-                  f"({offered} probes, {offered - len(lat)} unanswered)", flush=True)
+                  f"({offered} probes, {offered - len(lat)} unanswered); in the bridge: Kafka -> tail "
+                  f"(oldest of a batch) {tail_lag}, a query {query} (histogram bounds)", flush=True)
             result.update({
                 "freshness_rate": args.freshness_rate, "freshness_published": summary.get("published"),
                 "freshness_received": received, "freshness_received_per_s": round(received / took, 1),
                 "freshness_cpu_cores": w.total, "freshness_cpu_cores_by_process": w.cores,
                 "queryable_p50_ms": s.p50, "queryable_p99_ms": s.p99, "queryable_max_ms": s.max,
                 "probes": offered, "probes_unanswered": offered - len(lat),
+                "tail_lag_ms": tail_lag, "store_query_ms": query,
                 "probe_query_errors": next((r["query_errors"] for r in rows if "query_errors" in r), None),
             })
             if args.threads:
