@@ -21,7 +21,7 @@ import trio
 from core.config import ConfigError, add_config_arguments, config_from_args
 from core.topics import DEFAULT_PUBSUB_TOPIC, check_pubsub_topic
 from ingest.host import ListenError, quiet_network_errors
-from ingest.identity import IdentityError, load_or_create_key, peer_id_of
+from ingest.identity import IdentityError, load_identity, peer_id_of
 from ingest.kafka_producer import quiet_kafka_client_logs
 from ingest.node import BridgeError
 from ingest.relay.codec import Limits
@@ -82,7 +82,7 @@ def _quiet_gc() -> None:
 
 def cmd_id(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    key_pair, _ = load_or_create_key(config.path("bridge.key_file"))
+    key_pair, _ = load_identity(config.get("bridge.nodekey"), config.path("bridge.key_file"))
     print(peer_id_of(key_pair).to_base58())
     return 0
 

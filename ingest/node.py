@@ -22,14 +22,18 @@ from libp2p.tools.anyio_service import background_trio_service
 from core.message import check_message
 from core.records import ingest_key, ingest_value
 from core.threads import RECENT_FAILURE_S, SupervisedThread
+from ingest.enr import FILTER, LIGHTPUSH, RELAY, STORE, Record, WakuEnrFields, announce
+from ingest.enr import decode as decode_enr
 from ingest.filter.service import FilterService
 from ingest.host import ListenError, StreamGate, build_host, check_listen_addrs, dial, listen_addrs, tls_server_context
-from ingest.identity import load_or_create_key, peer_id_of
+from ingest.identity import enr_state_file, is_secp256k1, load_identity, peer_id_of
 from ingest.kafka_producer import IngestProducer, ProducerSettings
 from ingest.lightpush.protocol import Accepted, PushContext
 from ingest.lightpush.service import LightpushService
 from ingest.metadata.service import MetadataService
 from ingest.metrics import DROP_REASONS, BridgeMetrics
+from ingest.peer_exchange.protocol import Candidate
+from ingest.peer_exchange.service import PeerExchangeService
 from ingest.relay.codec import Reject
 from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
@@ -76,7 +80,7 @@ class Bridge:
     ) -> None:
         self.settings = settings
         if key_pair is None:
-            key_pair, created = load_or_create_key(settings.key_file)
+            key_pair, created = load_identity(settings.nodekey, settings.key_file)
             if created:
                 log.info("created key file %s", settings.key_file)
         self.key_pair = key_pair
@@ -103,6 +107,14 @@ class Bridge:
         # The REST API's relay message cache (settings.rest): accepted messages of its topics.
         self.rest_cache: MessageCache | None = None
         self.rest_url: str | None = None
+        # Our ENR (docs/discovery.md; None with an Ed25519 identity), and the records of peers we
+        # know, by peer id (static peers given as enr:...): the peer exchange server's pool.
+        self.enr: Record | None = None
+        self.known_enrs: dict[str, Record] = {}
+        for raw in settings.static_enrs:
+            r = decode_enr(raw)
+            self.known_enrs[r.peer_id().to_base58()] = r
+        self.peer_exchange: PeerExchangeService | None = None
         # Per thread, (its failure count, when that count was first seen): health_problems.
         self._thread_failures: dict[str, tuple[int, float]] = {}
 
@@ -181,6 +193,7 @@ class Bridge:
             self.addrs = list(host.get_addrs())
             for addr in self.addrs:
                 print(f"listening on {addr}", file=self.out, flush=True)
+            self._announce_enr()
             log.info("bridge %s joined %s", self.bridge_id, ", ".join(self.settings.pubsub_topics))
             async with trio.open_nursery() as nursery:
                 # /vac/waku/metadata/1.0.0: before any peer is dialled, so every connection is checked.
@@ -194,6 +207,11 @@ class Bridge:
                                                       registry=self.metrics.registry,
                                                       per_peer_per_s=s.lightpush_per_peer_per_s)
                     self.lightpush.mount()
+                if self.settings.peer_exchange_enabled:
+                    self.peer_exchange = PeerExchangeService(
+                        host, self.bridge_id, self.settings.cluster_id, self._px_candidates,
+                        per_s=self.settings.peer_exchange_per_s, registry=self.metrics.registry)
+                    self.peer_exchange.mount()
                 nursery.start_soon(self._keep_dialled)
                 nursery.start_soon(self._update_gauges)
                 fs = self.settings.filter
@@ -212,6 +230,29 @@ class Bridge:
                 task_status.started(self)
                 await self._stop.wait()
                 nursery.cancel_scope.cancel()
+
+    def _announce_enr(self) -> None:
+        """Build, sign and print our ENR (enr:...) from the advertised addresses, the services
+        we run and our shards; the sequence number moves on when what it announces changed."""
+        s = self.settings
+        if not is_secp256k1(self.key_pair):
+            log.warning("no ENR: the identity is not a secp256k1 key (docs/discovery.md: a new key "
+                        "file, or bridge.nodekey, makes the node discoverable; its peer id changes)")
+            return
+        caps = (RELAY | (STORE if s.store else 0) | (FILTER if s.filter else 0)
+                | (LIGHTPUSH if s.lightpush_enabled else 0))
+        shards = node_shards(s)
+        fields = WakuEnrFields(tuple(self.addrs), caps, shards.cluster_id, shards.shards if shards.cluster_id else (),
+                               s.enr_udp_port)
+        self.enr = announce(self.key_pair.private_key.to_bytes(), fields, enr_state_file(s.key_file))
+        print(self.enr.text(), file=self.out, flush=True)
+        log.info("ENR seq %d: %s", self.enr.seq, self.enr.text())
+
+    def _px_candidates(self) -> list[Candidate]:
+        """The peers whose ENR we know, each with whether it is connected now."""
+        assert self.host is not None
+        connections = self.host.get_network().connections
+        return [Candidate(pid, r, bool(connections.get(r.peer_id()))) for pid, r in self.known_enrs.items()]
 
     async def _store_pushed(self, accepted: Accepted) -> bool:
         """A lightpushed message into Kafka (source lightpush); True once acknowledged."""

@@ -11,8 +11,10 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from core.config import Config, ConfigError
 from core.kafka import unknown_to_kafka_python
 from core.topics import check_pubsub_topic, shard_topic, static_shard
+from ingest.enr import EnrError, decode_text
 from ingest.filter.settings import FilterSettings
 from ingest.host import StreamLimits
+from ingest.identity import IdentityError, key_from_hex
 from ingest.metadata.protocol import NodeShards
 from ingest.relay.codec import Limits
 from ingest.rest.settings import RestSettings
@@ -57,6 +59,11 @@ class BridgeSettings:
     store: StoreServiceSettings | None = None  # the store service ([store_service]); None: off
     filter: FilterSettings | None = None  # the filter service ([filter]); None: off
     rest: RestSettings | None = None  # the REST API ([rest]); None: off
+    nodekey: str = ""  # a secp256k1 key, hex (nwaku's --nodekey), used instead of key_file
+    enr_udp_port: int | None = None  # the ENR's udp field; None: none
+    static_enrs: tuple[bytes, ...] = ()  # the records of static peers given as enr:...
+    peer_exchange_enabled: bool = True
+    peer_exchange_per_s: float = 5.0
 
     @classmethod
     def from_config(cls, config: Config) -> BridgeSettings:
@@ -89,6 +96,13 @@ class BridgeSettings:
             if cluster and shard is not None and shard[0] != cluster:
                 raise ConfigError(f"bridge.pubsub_topics: {topic} is not a shard of bridge.cluster_id {cluster}")
         peers = tuple(parse_peer(p, "bridge.static_peers") for p in b["static_peers"])
+        static_enrs = tuple(decode_text(p).raw for p in b["static_peers"] if p.strip().startswith("enr:"))
+        if b["nodekey"]:
+            try:
+                key_from_hex(b["nodekey"])
+            except IdentityError as exc:
+                raise ConfigError(f"bridge.nodekey: {exc}") from None
+        _port("bridge.enr_udp_port", b["enr_udp_port"], allow_off=True)
         for key in ("producer_max_outstanding", "max_rpc_bytes", "relay_max_messages_per_rpc",
                     "max_streams_per_peer", "max_streams_total"):
             if b[key] < 1:
@@ -148,6 +162,11 @@ class BridgeSettings:
             store=StoreServiceSettings.from_config(config) if config.get("store_service.enabled") else None,
             filter=FilterSettings.from_config(config, topics[0], topics) if config.get("filter.enabled") else None,
             rest=RestSettings.from_config(config) if config.get("rest.enabled") else None,
+            nodekey=b["nodekey"],
+            enr_udp_port=b["enr_udp_port"] if b["enr_udp_port"] >= 0 else None,
+            static_enrs=static_enrs,
+            peer_exchange_enabled=b["peer_exchange_enabled"],
+            peer_exchange_per_s=max(0.0, b["peer_exchange_per_s"]),
         )
 
 
@@ -173,7 +192,15 @@ def _port(key: str, value: int, allow_off: bool) -> None:
 
 
 def parse_peer(text: str, key: str = "peer") -> PeerInfo:
-    """A multiaddr with /p2p/<peer id> as PeerInfo, or ConfigError."""
+    """A multiaddr with /p2p/<peer id>, or an ENR (enr:...), as PeerInfo, or ConfigError."""
+    if text.strip().startswith("enr:"):
+        try:
+            info = decode_text(text).peer_info()
+        except EnrError as exc:
+            raise ConfigError(f"{key}: not a valid ENR ({exc})") from None
+        if not info.addrs:
+            raise ConfigError(f"{key}: the ENR has no address to dial (no ip/tcp, no multiaddrs)")
+        return info
     try:
         return info_from_p2p_addr(multiaddr.Multiaddr(text))
     except Exception as exc:  # noqa: BLE001 - multiaddr raises many types

@@ -91,7 +91,7 @@ def test_id_command_matches_the_bridge(tmp_path):
     key = tmp_path / "k"
     a = run_cli("id", "--set", f"bridge.key_file={key}")
     b = run_cli("id", "--set", f"bridge.key_file={key}")
-    assert a.returncode == 0 and a.stdout == b.stdout and a.stdout.startswith("12D3KooW")
+    assert a.returncode == 0 and a.stdout == b.stdout and a.stdout.startswith("16Uiu2")  # secp256k1
 
 
 @pytest.mark.parametrize("setting,message", [
@@ -123,7 +123,7 @@ def test_unreadable_key_file_is_one_line(tmp_path):
     bad.write_bytes(b"\x00garbage")
     r = run_cli("run", "--set", f"bridge.key_file={bad}")
     assert r.returncode == 2
-    assert r.stderr.strip().endswith(f"error: key file {bad} does not hold a libp2p private key")
+    assert r.stderr.strip().endswith(f"error: key file {bad} holds neither a hex node key nor a libp2p private key")
     r = run_cli("run", "--set", f"bridge.key_file={tmp_path}")
     assert r.returncode == 2
     assert r.stderr.strip().endswith(f"error: key file {tmp_path} is a directory")

@@ -36,6 +36,9 @@ Commands:
                  (a load client of tests/benchmarks/store_query.py: waits for a line on stdin) [--legacy]
   filter-many    --clients N --seconds S [--content-topic C ...]   (tests/benchmarks/side_by_side.py)
   store-probe    --seconds S [--interval-ms I] [--legacy]          (tests/benchmarks/side_by_side.py)
+  enr-decode     --enr enr:...   (go-waku's ENR parser; no --peer)
+  serve          --seconds S     (a go-waku relay node that prints its ENR and dials nobody; no --peer)
+  px             --count N       (go-waku's peer-exchange client asks --peer, then dials what it got)
 
 Common flags: --peer MULTIADDR (required) --cluster-id N (1) --pubsub-topic T (/waku/2/rs/1/0)
   --content-topic C (/interop/1/test/proto) --timeout SECONDS (60) --prefix P (random)
@@ -97,6 +100,7 @@ type options struct {
 	intervalMs float64 // store-probe
 	legacy     bool    // store-bench, store-probe: go-waku's legacy store protocol
 	rotateCT   bool    // relay-publish: message i on content topic i mod len(--content-topic)
+	enr        string  // enr-decode
 
 	set         map[string]bool // flags given on the command line
 	autosharded bool            // --pubsub-topic "" resolved from the content topic
@@ -120,7 +124,8 @@ func parseArgs(args []string) (*options, error) {
 	}
 	o.command = args[0]
 	switch o.command {
-	case "stay", "relay-publish", "relay-receive", "filter", "store", "lightpush", "store-bench", "filter-many", "store-probe":
+	case "stay", "relay-publish", "relay-receive", "filter", "store", "lightpush", "store-bench", "filter-many", "store-probe",
+		"enr-decode", "serve", "px":
 	case "help":
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(0)
@@ -166,6 +171,8 @@ func parseArgs(args []string) (*options, error) {
 	fs.BoolVar(&o.legacy, "legacy", false, "store-bench, store-probe: query with the legacy store protocol (go-waku's own node serves only that one)")
 	fs.BoolVar(&o.rotateCT, "rotate-content-topics", false, "relay-publish: message i on content topic i mod the number of --content-topic")
 
+	fs.StringVar(&o.enr, "enr", "", "enr-decode: the record, enr:...")
+
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
 	}
@@ -177,7 +184,7 @@ func parseArgs(args []string) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	if o.peer == "" {
+	if o.peer == "" && o.command != "enr-decode" && o.command != "serve" {
 		return nil, fmt.Errorf("--peer is required")
 	}
 	if o.clusterID > 0xffff {
@@ -298,6 +305,12 @@ func main() {
 		res = cmdFilterMany(ctx, o, logger)
 	case "store-probe":
 		res = cmdStoreProbe(ctx, o, logger)
+	case "enr-decode":
+		res = cmdEnrDecode(o)
+	case "serve":
+		res = cmdServe(ctx, o, logger)
+	case "px":
+		res = cmdPx(ctx, o, logger)
 	}
 	if res.fields == nil {
 		res.fields = obj{}

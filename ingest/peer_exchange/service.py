@@ -1,0 +1,80 @@
+"""The peer exchange server on the bridge's host: one query per stream, framed and decoded
+here, answered by `protocol.choose`; rate-limited across all peers (nwaku: px:5/1s), a query
+over the limit answered 429 as nwaku does."""
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable
+
+import trio
+from google.protobuf.message import DecodeError
+from libp2p.abc import IHost, INetStream
+from libp2p.custom_types import TProtocol
+from prometheus_client import CollectorRegistry, Counter
+
+from ingest.framing import FrameReader, close_quietly, frame
+from ingest.peer_exchange import codec
+from ingest.peer_exchange.protocol import Candidate, choose
+from ingest.ratelimit import TokenBucket
+
+log = logging.getLogger("ingest.peer_exchange")
+
+REQUEST_TIMEOUT_S = 10.0
+
+
+class PeerExchangeMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = registry or CollectorRegistry()
+        self.requests = Counter("waku_peer_exchange_requests", "Peer exchange queries by answer status",
+                                ["status"], registry=r)
+        self.peers_sent = Counter("waku_peer_exchange_peers_sent", "ENRs sent in peer exchange answers",
+                                  registry=r)
+
+
+class PeerExchangeService:
+    """    service = PeerExchangeService(host, own_peer_id, cluster, candidates, per_s=5.0)
+    service.mount()
+
+    `candidates()` lists the peers whose ENR we know, each with whether it is connected now."""
+
+    def __init__(self, host: IHost, own_peer_id: str, cluster: int, candidates: Callable[[], Iterable[Candidate]],
+                 *, per_s: float = 5.0, registry: CollectorRegistry | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.host = host
+        self.own_peer_id = own_peer_id
+        self.cluster = cluster
+        self.candidates = candidates
+        self.limit = TokenBucket(per_s, max(1.0, per_s)) if per_s > 0 else None
+        self.metrics = PeerExchangeMetrics(registry)
+        self.rng = rng or random.Random()
+
+    def mount(self) -> None:
+        self.host.set_stream_handler(TProtocol(codec.PEER_EXCHANGE_CODEC), self._on_stream)
+
+    def answer(self, data: bytes) -> tuple[int, bytes]:
+        """(status, response bytes) for a query's bytes."""
+        if self.limit is not None and not self.limit.try_take():
+            return codec.TOO_MANY_REQUESTS, codec.encode_response([], codec.TOO_MANY_REQUESTS)
+        try:
+            num_peers = codec.decode_query(data)
+        except DecodeError as exc:
+            return codec.BAD_REQUEST, codec.encode_response([], codec.BAD_REQUEST, str(exc))
+        enrs = choose(num_peers, self.candidates(), self.cluster, self.own_peer_id, self.rng)
+        self.metrics.peers_sent.inc(len(enrs))
+        return codec.SUCCESS, codec.encode_response(enrs)
+
+    async def _on_stream(self, stream: INetStream) -> None:
+        try:
+            with trio.move_on_after(REQUEST_TIMEOUT_S) as timeout:
+                data = await FrameReader(stream, codec.MAX_REQUEST_BYTES).read_frame()
+            if timeout.cancelled_caught or data is None:
+                self.metrics.requests.labels("no_request").inc()
+                return
+            status, out = self.answer(data)
+            self.metrics.requests.labels(str(status)).inc()
+            await stream.write(frame(out))
+        except Exception as exc:  # noqa: BLE001 - bad frame, reset: this stream only
+            log.debug("peer exchange: stream ended: %s: %s", type(exc).__name__, exc)
+        finally:
+            await close_quietly(stream)

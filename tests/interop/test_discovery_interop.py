@@ -1,0 +1,73 @@
+"""Discovery against go-waku v0.10.0 (issue 39): the bridge's ENR (secp256k1 identity) decoded
+byte for byte by go-waku's parser, and go-waku's peer-exchange client asking the bridge and
+dialling what it got. A bridge process with Kafka only (no Spark jobs, no store or filter)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+
+import pytest
+
+from core.kafka import ensure_topics
+from ingest.enr import LIGHTPUSH, RELAY, decode_text
+from tests.conftest import free_port
+from tests.integration.test_filter_service import wait_until
+from tests.interop.conftest import GO_BIN, go_client
+from tools.processes import start_bridge
+
+pytestmark = pytest.mark.integration
+
+CLUSTER = 1
+SHARD_TOPIC = "/waku/2/rs/1/0"
+GO_FLAGS = ["--cluster-id", str(CLUSTER), "--pubsub-topic", SHARD_TOPIC]
+
+
+def test_enr_and_peer_exchange_with_go_waku(kafka, tmp_path):
+    # A go-waku relay node the bridge knows by its ENR (a static peer given as enr:...).
+    other = go_client("serve", "--seconds", "300", *GO_FLAGS)
+    try:
+        ready = other.wait_event("ready")
+        topic = f"test.discovery.{uuid.uuid4().hex[:8]}"
+        ensure_topics(kafka, {topic: 1})
+        ws_port = free_port()
+        log = (tmp_path / "bridge.log").open("a")
+        bridge = start_bridge([
+            f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}", f"bridge.key_file={tmp_path / 'key'}",
+            "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", f"bridge.ws_port={ws_port}",
+            "bridge.metrics_port=-1", f"bridge.cluster_id={CLUSTER}", f"bridge.pubsub_topics={SHARD_TOPIC}",
+            "store_service.enabled=false", "filter.enabled=false", "bridge.enr_udp_port=9000",
+            f"bridge.static_peers={ready['enr']}",
+        ], log=log, env={"WAKU_CONFIG": ""})
+        try:
+            wait_until(lambda: any(line.startswith("enr:") for line in bridge.lines), 60, "the bridge's enr: line")
+            ours = decode_text(next(line for line in bridge.lines if line.startswith("enr:")))
+            bridge_id = bridge.tcp_addr.rsplit("/p2p/", 1)[1]
+            assert str(ours.peer_id()) == bridge_id and bridge_id.startswith("16Uiu2")
+
+            # go-waku's parser: the same record, byte for byte, and the same reading of it.
+            dec = subprocess.run([str(GO_BIN), "enr-decode", "--enr", ours.text()],
+                                 capture_output=True, text=True, timeout=60)
+            got = json.loads([line for line in dec.stdout.splitlines() if line.startswith("{")][-1])
+            assert got["ok"], got
+            assert bytes.fromhex(got["rlp_hex"]) == ours.raw and got["text"] == ours.text()
+            assert got["peer_id"] == bridge_id and got["seq"] == ours.seq
+            assert got["waku2"] == RELAY | LIGHTPUSH and got["cluster"] == CLUSTER and got["shards"] == [0]
+            assert (got["ip"], got["tcp"], got["udp"]) == ("127.0.0.1", int(bridge.tcp_addr.split("/")[4]), 9000)
+            assert f"/ip4/127.0.0.1/tcp/{ws_port}/ws/p2p/{bridge_id}" in got["multiaddrs"]
+
+            # The bridge dialled the static peer; go-waku's peer-exchange client gets its ENR and dials it.
+            wait_until(lambda: any(e["peer"] == bridge_id for e in other.of("peer_connected")), 60,
+                       "the bridge connected to its static peer")
+            px = go_client("px", "--peer", bridge.tcp_addr, "--count", "5", *GO_FLAGS).finish()
+            assert px["ok"], px
+            assert px["bridge_supports_protocol"] is True
+            assert [p["peer"] for p in px["peers"]] == [ready["peer_id"]]
+            assert px["peers"][0]["connected"] is True, px["peers"][0]
+            assert px["peers"][0]["enr"] == ready["enr"]
+        finally:
+            bridge.stop()
+            log.close()
+    finally:
+        other.proc.terminate()
+        other.finish(60)
