@@ -12,6 +12,7 @@ import fnmatch
 import importlib.metadata
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from starlette.routing import Route
 
 from core.message import check_message
 from core.topics import autoshard, check_pubsub_topic, shard_topic
+from ingest.filter.client import FilterClient, Req
 from ingest.filter.service import FilterService
 from ingest.host import dial
 from ingest.lightpush import codec as lp_codec
@@ -100,10 +102,13 @@ def origin_regex(origins: tuple[str, ...]) -> str | None:
 class Api:
     """The route handlers over one bridge."""
 
-    def __init__(self, node: RestNode, settings: RestSettings, cache: MessageCache) -> None:
+    def __init__(self, node: RestNode, settings: RestSettings, cache: MessageCache,
+                 filter_client: FilterClient | None = None, filter_cache: MessageCache | None = None) -> None:
         self.node = node
         self.settings = settings
         self.cache = cache
+        self.filter_client = filter_client
+        self.filter_cache = filter_cache or MessageCache(settings.relay_cache_capacity)
         self.version = version_text()
         self._store_client: StoreClient | None = None
 
@@ -396,6 +401,117 @@ class Api:
     async def filter_off(self, request: Request) -> Response:
         return text(404, "/filter endpoints are not available.")
 
+    # -- filter: a client of settings.filter_peer ---------------------------------------------
+
+    def _filter_answer(self, rid: str, status: int, desc: str) -> Response:
+        return JSONResponse({"requestId": rid, "statusDesc": desc}, status_code=status)
+
+    async def _filter_call(self, rid: str, kind: int, topic: str | None = None,
+                           cts: tuple[str, ...] = ()) -> tuple[int, str]:
+        """(HTTP status, statusDesc) of one request to the filter service node, as nwaku maps
+        its filter client's results: the service's code (200 "OK"), a dial failure 504 with the
+        address, no answer in time 503."""
+        client = self.filter_client
+        assert client is not None
+        peer = self.settings.filter_peer
+        with trio.move_on_after(self.settings.request_timeout_s):
+            try:
+                if client.service is None or not client.host.get_network().connections.get(client.service):
+                    await client.connect(peer, timeout=self.settings.request_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - any dial failure is the answer
+                log.debug("rest: filter peer %s: %s: %s", peer, type(exc).__name__, exc)
+                return 504, peer
+            try:
+                resp = await client.request(kind, topic, cts, rid or uuid.uuid4().hex,  # type: ignore[arg-type]
+                                            timeout=self.settings.request_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - a stream failure or a bad answer: the peer's
+                log.debug("rest: filter request to %s failed: %s: %s", peer, type(exc).__name__, exc)
+                return 500, f"BAD_RESPONSE: {type(exc).__name__}"
+            if resp is None:
+                return 500, "BAD_RESPONSE: no answer"
+            return (200, "OK") if resp.status_code == 200 else (resp.status_code, resp.status_desc)
+        return 503, "Subscription request timed out"
+
+    async def _filter_body(self, request: Request, topics: bool = True) -> codec.FilterRequest:
+        try:
+            return codec.filter_request(await self.body(request), topics=topics)
+        except codec.BadRequest as exc:
+            if exc.status == 413:
+                raise
+            text_ = str(exc)
+            raise codec.BadRequest(text_ if text_.startswith("Failed to decode request") else
+                                   f"Failed to decode request: {text_}") from None
+
+    async def filter_subscribe(self, request: Request) -> Response:
+        try:
+            req = await self._filter_body(request)
+        except codec.BadRequest as exc:
+            if exc.status == 413:
+                raise
+            return self._filter_answer("unknown", 400, str(exc))
+        topic = req.pubsub_topic
+        if topic is None:  # autosharding: one request per shard of the content topics
+            shards = {ct: self.autoshard_topic(ct) for ct in req.content_topics}
+            if not req.content_topics or any(t is None for t in shards.values()):
+                return self._filter_answer(req.request_id, 400, "BAD_REQUEST: no pubsub topic, and none can "
+                                           "be derived from the content topics")
+            groups: dict[str, list[str]] = {}
+            for ct, t in shards.items():
+                groups.setdefault(t or "", []).append(ct)
+        else:
+            groups = {topic: list(req.content_topics)}
+        status, desc = 200, "OK"
+        for t, cts in groups.items():
+            status, desc = await self._filter_call(req.request_id, Req.SUBSCRIBE, t, tuple(cts))
+            if status != 200:
+                break
+            self.filter_cache.content_topics.update(cts)
+        return self._filter_answer(req.request_id, status, desc)
+
+    async def filter_unsubscribe(self, request: Request) -> Response:
+        try:
+            req = await self._filter_body(request)
+        except codec.BadRequest as exc:
+            if exc.status == 413:
+                raise
+            return self._filter_answer("unknown", 400, str(exc))
+        groups: dict[str, list[str]] = {}
+        for ct in req.content_topics:
+            groups.setdefault(req.pubsub_topic or self.autoshard_topic(ct) or "", []).append(ct)
+        status, desc = 200, "OK"
+        for t, cts in groups.items():
+            status, desc = await self._filter_call(req.request_id, Req.UNSUBSCRIBE, t or None, tuple(cts))
+            if status != 200:
+                break
+            for ct in cts:
+                self.filter_cache.unsubscribe(content_topic=ct)
+        return self._filter_answer(req.request_id, status, desc)
+
+    async def filter_unsubscribe_all(self, request: Request) -> Response:
+        try:
+            req = await self._filter_body(request, topics=False)
+        except codec.BadRequest as exc:
+            if exc.status == 413:
+                raise
+            return self._filter_answer("unknown", 400, str(exc))
+        status, desc = await self._filter_call(req.request_id, Req.UNSUBSCRIBE_ALL)
+        if status == 200:
+            for ct in list(self.filter_cache.content_topics):
+                self.filter_cache.unsubscribe(content_topic=ct)
+        return self._filter_answer(req.request_id, status, desc)
+
+    async def filter_ping(self, request: Request) -> Response:
+        rid = request.path_params["request_id"]
+        status, desc = await self._filter_call(rid, Req.SUBSCRIBER_PING)
+        return self._filter_answer(rid, status, desc)
+
+    async def filter_messages(self, request: Request) -> Response:
+        ct = request.path_params["topic"]
+        messages = self.filter_cache.take(content_topic=ct)
+        if messages is None:
+            return text(400, f"Not subscribed to topic: {ct}")
+        return JSONResponse([codec.filter_message_json(m) for m in messages])
+
 
 def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
     async def guarded(request: Request) -> Response:
@@ -424,8 +540,9 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return text(500, "Internal server error")
 
 
-def build_app(node: RestNode, settings: RestSettings, cache: MessageCache) -> Starlette:
-    api = Api(node, settings, cache)
+def build_app(node: RestNode, settings: RestSettings, cache: MessageCache,
+              filter_client: FilterClient | None = None, filter_cache: MessageCache | None = None) -> Starlette:
+    api = Api(node, settings, cache, filter_client, filter_cache)
 
     def r(path: str, fn: Callable[[Request], Awaitable[Response]], *methods: str) -> Route:
         return Route(path, _guard(fn), methods=list(methods))
@@ -457,8 +574,16 @@ def build_app(node: RestNode, settings: RestSettings, cache: MessageCache) -> St
         ]
     else:
         routes.append(r("/admin/{rest:path}", api.admin_off, "GET", "POST", "DELETE", "PUT"))
-    # The filter client routes (/filter/v2/...) are not served: nwaku's answer without a filter client.
-    routes.append(r("/filter/{rest:path}", api.filter_off, "GET", "POST", "PUT", "DELETE"))
+    if filter_client is not None:
+        routes += [
+            r("/filter/v2/subscriptions", api.filter_subscribe, "POST", "PUT"),
+            r("/filter/v2/subscriptions", api.filter_unsubscribe, "DELETE"),
+            r("/filter/v2/subscriptions/all", api.filter_unsubscribe_all, "DELETE"),
+            r("/filter/v2/subscriptions/{request_id}", api.filter_ping, "GET"),
+            r("/filter/v2/messages/{topic:path}", api.filter_messages, "GET"),
+        ]
+    else:  # nwaku's answer without a filter client
+        routes.append(r("/filter/{rest:path}", api.filter_off, "GET", "POST", "PUT", "DELETE"))
     middleware = []
     regex = origin_regex(settings.allow_origins)
     if regex is not None:

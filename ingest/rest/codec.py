@@ -307,3 +307,42 @@ def info_json(listen_addresses: Iterable[str], enr_uri: str | None = None) -> di
     if enr_uri:
         out["enrUri"] = enr_uri
     return out
+
+
+# --- filter (client of a service node) ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class FilterRequest:
+    """nwaku's FilterSubscribeRequest / FilterUnsubscribeRequest / FilterUnsubscribeAllRequest."""
+    request_id: str
+    pubsub_topic: str | None = None
+    content_topics: tuple[str, ...] = ()
+
+
+def filter_request(value: Any, *, topics: bool = True) -> FilterRequest:
+    """`requestId` required; with `topics`, `contentFilters` (an array of content topics) and an
+    optional `pubsubTopic`."""
+    if not isinstance(value, dict):
+        raise BadRequest("Failed to decode request: expected an object")
+    rid = value.get("requestId")
+    if not isinstance(rid, str):
+        raise BadRequest("Failed to decode request: Field `requestId` is missing")
+    if not topics:
+        return FilterRequest(rid)
+    cts = value.get("contentFilters")
+    if not isinstance(cts, list) or not all(isinstance(c, str) for c in cts):
+        raise BadRequest("Failed to decode request: Field `contentFilters` is missing")
+    topic = value.get("pubsubTopic")
+    if topic is not None and not isinstance(topic, str):
+        raise BadRequest("Failed to decode request: `pubsubTopic`: expected a string")
+    return FilterRequest(rid, topic or None, tuple(cts))
+
+
+def filter_message_json(msg: WakuMessage) -> dict[str, Any]:
+    """nwaku's FilterWakuMessage (no proof; meta when not empty)."""
+    out: dict[str, Any] = {"payload": b64encode(msg.payload), "contentTopic": msg.content_topic,
+                           "version": msg.version, "timestamp": msg.timestamp}
+    if msg.meta:
+        out["meta"] = b64encode(msg.meta)
+    out["ephemeral"] = msg.ephemeral
+    return out

@@ -4,6 +4,7 @@ serving, so a busy port is one `ListenError` line."""
 from __future__ import annotations
 
 import logging
+from contextlib import AsyncExitStack
 from typing import Any
 
 import trio
@@ -11,6 +12,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
+from ingest.filter.client import FilterClient
 from ingest.host import ListenError
 from ingest.rest.app import RestNode, build_app
 from ingest.rest.cache import MessageCache
@@ -42,13 +44,27 @@ async def serve_rest(node: RestNode, settings: RestSettings, cache: MessageCache
                           f"{exc.strerror}") from None
     host, port = sockets.insecure_sockets[0].getsockname()[:2]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    asgi: Any = build_app(node, settings, cache)  # starlette's ASGI signature, hypercorn's own types
-    app = wrap_app(asgi, config.wsgi_max_body_size, "asgi")
+    async with AsyncExitStack() as stack:
+        filter_client, filter_cache = None, None
+        if settings.filter_peer:  # the /filter/v2 routes: a filter client on its own host
+            filter_client = FilterClient(listen_host=settings.address if ":" not in settings.address else "127.0.0.1")
+            filter_cache = MessageCache(settings.relay_cache_capacity)
+            await stack.enter_async_context(filter_client.running())
+        asgi: Any = build_app(node, settings, cache, filter_client, filter_cache)  # starlette's ASGI, hypercorn's types
+        app = wrap_app(asgi, config.wsgi_max_body_size, "asgi")
 
-    async def ready(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        await worker_serve(app, config, sockets=sockets, task_status=task_status)
+        async def ready(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+            await worker_serve(app, config, sockets=sockets, task_status=task_status)
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(ready)
-        log.info("rest: serving the Waku REST API on %s", url)
-        task_status.started(url)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ready)
+            if filter_client is not None and filter_cache is not None:
+                nursery.start_soon(_cache_pushes, filter_client, filter_cache)
+            log.info("rest: serving the Waku REST API on %s", url)
+            task_status.started(url)
+
+
+async def _cache_pushes(client: FilterClient, cache: MessageCache) -> None:
+    """The filter client's pushes into the cache of GET /filter/v2/messages."""
+    async for push in client.pushes():
+        cache.add(push.pubsub_topic, push.message)

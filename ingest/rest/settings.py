@@ -4,6 +4,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+import multiaddr
+
 from core.config import Config, ConfigError
 
 
@@ -21,6 +23,9 @@ class RestSettings:
     max_body_bytes: int = 16 * 1024 * 1024
     # How long a REST request waits for a remote peer (store with peerAddr) or a publish.
     request_timeout_s: float = 5.0
+    # The filter service node of the /filter/v2 routes (nwaku's --filternode): a multiaddr ending
+    # in /p2p/<peer id>; empty: no filter client (those routes answer 404).
+    filter_peer: str = ""
 
     @classmethod
     def from_config(cls, config: Config) -> RestSettings:
@@ -40,5 +45,11 @@ class RestSettings:
         origins = tuple(str(o) for o in r["allow_origins"])
         if any(not o for o in origins):
             raise ConfigError("rest.allow_origins: an empty origin")
+        peer = str(r["filter_peer"]).strip()
+        if peer:
+            try:
+                multiaddr.Multiaddr(peer).value_for_protocol("p2p")
+            except Exception:  # noqa: BLE001 - multiaddr raises many types
+                raise ConfigError(f"rest.filter_peer: {peer!r} is not a multiaddr ending in /p2p/<peer id>") from None
         return cls(bool(r["enabled"]), r["address"], r["port"], bool(r["admin"]), origins,
-                   r["relay_cache_capacity"], r["max_body_bytes"], float(r["request_timeout_s"]))
+                   r["relay_cache_capacity"], r["max_body_bytes"], float(r["request_timeout_s"]), peer)

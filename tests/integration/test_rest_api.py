@@ -80,10 +80,14 @@ def start_rest_bridge(kafka: str, tmp_path, name: str, *extra: str) -> Node:
 @pytest.fixture(scope="module")
 def nodes(kafka, tmp_path_factory) -> Iterator[tuple[Node, Node]]:
     tmp = tmp_path_factory.mktemp("rest")
-    a = start_rest_bridge(kafka, tmp, "a", "rest.admin=true", "rest.allow_origins=http://localhost:*")
+    subscriptions = f"test.rest.subs.{uuid.uuid4().hex[:8]}"
+    a = start_rest_bridge(kafka, tmp, "a", "rest.admin=true", "rest.allow_origins=http://localhost:*",
+                          "filter.enabled=true", f"topics.subscriptions={subscriptions}")
     b = None
     try:
-        b = start_rest_bridge(kafka, tmp, "b", f"bridge.static_peers={a.proc.tcp_addr}")
+        # B: A is its relay peer and its filter service node (the /filter/v2 routes).
+        b = start_rest_bridge(kafka, tmp, "b", f"bridge.static_peers={a.proc.tcp_addr}",
+                              f"rest.filter_peer={a.proc.tcp_addr}")
         yield a, b
     finally:
         for n in (b, a):
@@ -101,7 +105,8 @@ def test_health_info_version(nodes):
     report = h.json()
     assert report["nodeHealth"] == "READY"
     assert {"Relay": "READY"} in report["protocolsHealth"] and {"Store": "READY"} in report["protocolsHealth"]
-    assert {"Filter": "NOT_MOUNTED"} in report["protocolsHealth"]
+    assert {"Filter": "READY"} in report["protocolsHealth"]
+    assert {"Filter": "NOT_MOUNTED"} in b.get("/health").json()["protocolsHealth"]
     for path in ("/info", "/debug/v1/info"):
         info = a.get(path).json()
         assert info == {"listenAddresses": a.proc.addrs}
@@ -133,7 +138,7 @@ def test_admin_routes(nodes):
     r = a.post("/admin/v1/peers", {"not": "a list"})
     assert r.status_code == 400 and r.text.startswith("Failed to decode request")
     r = a.get("/admin/v1/filter/subscriptions")
-    assert (r.status_code, r.text) == (400, "Error: Filter Protocol is not mounted to the node")
+    assert r.status_code == 200 and isinstance(r.json(), list)
     assert a.post("/admin/v1/log-level/INFO").status_code == 200
     r = a.post("/admin/v1/log-level/LOUD")
     assert r.status_code == 400 and r.text.startswith("Invalid log-level: LOUD")
@@ -322,6 +327,35 @@ def test_lightpush_refusals(nodes):
     assert r.status_code == 400 and r.text.startswith("Failed to request a message push: UNSUPPORTED_PUBSUB_TOPIC")
     r = a.post("/lightpush/v1/message", {"message": {"payload": "!!", "contentTopic": CT}})
     assert (r.status_code, r.text) == (400, "Incorrect base64 string")
+
+
+def test_filter_client_routes(nodes):
+    """B's REST filter client subscribes at A's filter service: nwaku's answers. (Pushes need the
+    filter Spark job; the push cache is tested in tests/unit/test_rest_codec.py.)"""
+    a, b = nodes
+    body = {"requestId": "s1", "contentFilters": [CT], "pubsubTopic": CT_SHARD}
+    r = b.post("/filter/v2/subscriptions", body)
+    assert (r.status_code, r.json()) == (200, {"requestId": "s1", "statusDesc": "OK"}), r.text
+    subs = a.get("/admin/v1/filter/subscriptions").json()
+    assert {"pubsubTopic": CT_SHARD, "contentTopic": CT} in [c for s in subs for c in s["filterCriteria"]]
+    r = b.get("/filter/v2/subscriptions/p1")
+    assert (r.status_code, r.json()) == (200, {"requestId": "p1", "statusDesc": "OK"})
+    assert b.get(f"/filter/v2/messages/{quote(CT, safe='')}").json() == []
+    r = b.get(f"/filter/v2/messages/{quote('/other/1/x/proto', safe='')}")
+    assert (r.status_code, r.text) == (400, "Not subscribed to topic: /other/1/x/proto")
+    r = b.http.put("/filter/v2/subscriptions", json={"requestId": "s2", "contentFilters": ["/rest-test/1/other/proto"]})
+    assert (r.status_code, r.json()["statusDesc"]) == (200, "OK")  # no pubsubTopic: autosharded
+    r = b.http.request("DELETE", "/filter/v2/subscriptions", json=body)
+    assert (r.status_code, r.json()) == (200, {"requestId": "s1", "statusDesc": "OK"})
+    r = b.http.request("DELETE", "/filter/v2/subscriptions/all", json={"requestId": "all"})
+    assert (r.status_code, r.json()) == (200, {"requestId": "all", "statusDesc": "OK"})
+    r = b.get("/filter/v2/subscriptions/p2")  # nothing subscribed any more: the service's 404
+    assert r.status_code == 404 and r.json()["requestId"] == "p2", r.text
+    r = b.post("/filter/v2/subscriptions", {"contentFilters": [CT]})
+    assert r.status_code == 400 and r.json() == {
+        "requestId": "unknown", "statusDesc": "Failed to decode request: Field `requestId` is missing"}
+    r = b.post("/filter/v2/subscriptions", {"requestId": "x", "contentFilters": ["free-form"]})
+    assert r.status_code == 400 and r.json()["statusDesc"].startswith("BAD_REQUEST")
 
 
 # --- property-based: schemathesis from the document we serve -----------------------------------

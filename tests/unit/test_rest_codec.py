@@ -129,3 +129,18 @@ def test_origin_regex():
     rx = re.compile(origin_regex(("localhost:*", "https://app.example")) or "")
     assert rx.fullmatch("http://localhost:3000") and rx.fullmatch("https://app.example")
     assert not rx.fullmatch("http://evil.example") and not rx.fullmatch("http://app.example")
+
+
+def test_filter_bodies_and_messages():
+    req = codec.filter_request({"requestId": "1", "contentFilters": ["/a/1/b/proto"], "pubsubTopic": ""})
+    assert req == codec.FilterRequest("1", None, ("/a/1/b/proto",))
+    assert codec.filter_request({"requestId": "2"}, topics=False) == codec.FilterRequest("2")
+    for body, words in [({"contentFilters": []}, "Field `requestId` is missing"),
+                        ({"requestId": "1"}, "Field `contentFilters` is missing"),
+                        ({"requestId": "1", "contentFilters": [1]}, "Field `contentFilters` is missing"),
+                        ([], "expected an object")]:
+        with pytest.raises(codec.BadRequest, match=re.escape("Failed to decode request: " + words)):
+            codec.filter_request(body)
+    msg = WakuMessage(payload=b"hi", content_topic="c", timestamp=3, rate_limit_proof=b"p")
+    assert codec.filter_message_json(msg) == {"payload": "aGk=", "contentTopic": "c", "version": 0, "timestamp": 3,
+                                              "ephemeral": False}
