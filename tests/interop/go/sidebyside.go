@@ -137,11 +137,12 @@ func cmdFilterMany(ctx context.Context, o *options, log *zap.Logger) result {
 	return result{fields: fields()}
 }
 
-// cmdStoreProbe queries the node's store every --interval-ms for the newest page (backward,
-// page size 100, --content-topic, messages of the last 10 s) for --seconds and reports when
-// each message first came back: [hash, message timestamp ns, first seen ns] ("seen"), with
-// every query's latency (ms). --legacy: go-waku's legacy store protocol (go-waku's own node
-// serves only that one), else store v3.
+// cmdStoreProbe queries the node's store every --interval-ms for the newest messages
+// (backward, pages of 100, --content-topic, the last 30 s), following the cursor to older pages
+// until a page holds a message seen before (so a burst stored at once is read whole), for
+// --seconds, and reports when each message first came back: [hash, message timestamp ns, first
+// seen ns] ("seen"), with every page's latency (ms). --legacy: go-waku's legacy store protocol
+// (go-waku's own node serves only that one), else store v3.
 func cmdStoreProbe(ctx context.Context, o *options, log *zap.Logger) result {
 	deadline := time.Now().Add(o.timeoutDur())
 	s, err := newSession(ctx, o, log, nodeConfig{relay: false})
@@ -157,50 +158,70 @@ func cmdStoreProbe(ctx context.Context, o *options, log *zap.Logger) result {
 	latencies := make([]float64, 0, 4096)
 	queries, errors := 0, 0
 	lastErr := ""
-	query := func() ([]*wpb.WakuMessage, error) {
+	// page i of the walk (0: the newest); more: there is an older page
+	var lres *legacy_store.Result
+	var vres store.Result
+	page := func(i int) (msgs []*wpb.WakuMessage, more bool, err error) {
 		qctx, cancel := context.WithTimeout(ctx, o.timeoutDur())
 		defer cancel()
-		from := proto.Int64(time.Now().Add(-10 * time.Second).UnixNano())
+		from := proto.Int64(time.Now().Add(-30 * time.Second).UnixNano())
 		if o.legacy {
-			r, err := s.node.LegacyStore().Query(qctx, legacy_store.Query{PubsubTopic: o.pubsubTopic,
-				ContentTopics: o.contentTopics.vals, StartTime: from},
-				legacy_store.WithPeer(s.peerID), legacy_store.WithPaging(false, 100))
-			if err != nil {
-				return nil, err
+			if i == 0 {
+				lres, err = s.node.LegacyStore().Query(qctx, legacy_store.Query{PubsubTopic: o.pubsubTopic,
+					ContentTopics: o.contentTopics.vals, StartTime: from},
+					legacy_store.WithPeer(s.peerID), legacy_store.WithPaging(false, 100))
+			} else {
+				lres, err = s.node.LegacyStore().Next(qctx, lres)
 			}
-			return r.Messages, nil
+			if err != nil {
+				return nil, false, err
+			}
+			return lres.Messages, lres.Cursor() != nil, nil
 		}
-		r, err := s.node.Store().Request(qctx, store.FilterCriteria{
-			ContentFilter: wprotocol.NewContentFilter(o.pubsubTopic, o.contentTopics.vals...), TimeStart: from},
-			store.WithPeer(s.peerID), store.WithPaging(false, 100), store.IncludeData(true), store.SkipRateLimit())
+		if i == 0 {
+			vres, err = s.node.Store().Request(qctx, store.FilterCriteria{
+				ContentFilter: wprotocol.NewContentFilter(o.pubsubTopic, o.contentTopics.vals...), TimeStart: from},
+				store.WithPeer(s.peerID), store.WithPaging(false, 100), store.IncludeData(true), store.SkipRateLimit())
+		} else {
+			err = vres.Next(qctx, store.SkipRateLimit())
+		}
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		out := make([]*wpb.WakuMessage, 0, len(r.Messages()))
-		for _, m := range r.Messages() {
+		out := make([]*wpb.WakuMessage, 0, len(vres.Messages()))
+		for _, m := range vres.Messages() {
 			out = append(out, m.Message)
 		}
-		return out, nil
+		return out, vres.Cursor() != nil, nil
 	}
 	event("ready", obj{})
 	every := time.Duration(o.intervalMs * float64(time.Millisecond))
 	end := time.Now().Add(time.Duration(o.seconds * float64(time.Second)))
 	for time.Now().Before(end) && ctx.Err() == nil {
 		began := time.Now()
-		msgs, err := query()
-		now := time.Now()
-		queries++
-		if err != nil {
-			errors++
-			lastErr = err.Error()
-		} else {
-			latencies = append(latencies, float64(now.Sub(began).Microseconds())/1000)
+		for i := 0; i < 100; i++ {
+			t0 := time.Now()
+			msgs, more, err := page(i)
+			now := time.Now()
+			queries++
+			if err != nil {
+				errors++
+				lastErr = err.Error()
+				break
+			}
+			latencies = append(latencies, float64(now.Sub(t0).Microseconds())/1000)
+			caughtUp := false
 			for _, m := range msgs {
 				h := m.Hash(o.pubsubTopic).String()
-				if !seenAt[h] {
+				if seenAt[h] {
+					caughtUp = true
+				} else {
 					seenAt[h] = true
 					seen = append(seen, [3]any{h, m.GetTimestamp(), now.UnixNano()})
 				}
+			}
+			if caughtUp || !more {
+				break
 			}
 		}
 		if wait := every - time.Since(began); wait > 0 {
