@@ -68,6 +68,15 @@ def test_service_answers_and_limits():
     assert status == codec.SUCCESS and len(codec.decode_response(out)[1]) == 2
     status, out = svc.answer(codec.encode_query(2))  # the burst (1) is spent
     assert status == codec.TOO_MANY_REQUESTS and codec.decode_response(out) == (429, [])
+    # nwaku's px:5/1s: 5 at once, then 5 a second for the node; a peer gets 75 % of 10 s of it.
+    clock = [0.0]
+    nwaku = PeerExchangeService(None, "me", 1, lambda: pool, per_s=5.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    codes = [nwaku.answer(codec.encode_query(1), "a")[0] for _ in range(6)]
+    assert codes == [200] * 5 + [429]
+    clock[0] = 100.0  # both buckets full: the node's 50, peer a's 37
+    codes = [nwaku.answer(codec.encode_query(1), "a")[0] for _ in range(40)]
+    assert codes.count(200) == 37 and codes[-1] == 429
+    assert nwaku.answer(codec.encode_query(1), "b")[0] == 200  # another peer: the node's bucket still has some
     unlimited = PeerExchangeService(None, "me", 1, lambda: pool, per_s=0)  # type: ignore[arg-type]
     assert unlimited.answer(b"\xff\xff\xff")[0] == codec.BAD_REQUEST
     assert all(unlimited.answer(codec.encode_query(1))[0] == codec.SUCCESS for _ in range(20))
