@@ -42,6 +42,7 @@ class ClientRun:
     proc: subprocess.Popen
     events: list[dict] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
+    readers: list[threading.Thread] = field(default_factory=list)
 
     def wait_event(self, kind: str, timeout: float = 90.0) -> dict:
         deadline = time.monotonic() + timeout
@@ -65,7 +66,8 @@ class ClientRun:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise AssertionError(f"{self.name} did not finish within {timeout:.0f} s: {self.tail()}") from None
-        time.sleep(0.2)
+        for reader in self.readers:  # what it printed last (a relay-publish summary: megabytes) is read
+            reader.join(60)
         if not self.events:
             raise AssertionError(f"{self.name} printed nothing (exit {self.proc.returncode}): {self.tail()}")
         return self.events[-1]
@@ -97,8 +99,9 @@ def run_client(name: str, argv: list[str]) -> ClientRun:
         for line in proc.stderr:
             run.stderr.append(line.rstrip())
 
-    threading.Thread(target=out, daemon=True).start()
-    threading.Thread(target=err, daemon=True).start()
+    run.readers = [threading.Thread(target=out, daemon=True), threading.Thread(target=err, daemon=True)]
+    for reader in run.readers:
+        reader.start()
     return run
 
 
