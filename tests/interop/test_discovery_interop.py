@@ -1,6 +1,7 @@
-"""Discovery against go-waku v0.10.0 (issue 39): the bridge's ENR (secp256k1 identity) decoded
-byte for byte by go-waku's parser, and go-waku's peer-exchange client asking the bridge and
-dialling what it got. A bridge process with Kafka only (no Spark jobs, no store or filter)."""
+"""Discovery against go-waku v0.10.0 and js-waku (issue 39): the bridge's ENR (secp256k1
+identity) decoded byte for byte by go-waku's parser; go-waku's peer-exchange client and js-waku's
+peer-exchange discovery asking the bridge; go-waku dials the peer it got. A bridge process with
+Kafka only (no Spark jobs, no store or filter)."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ from core.kafka import ensure_topics
 from ingest.enr import LIGHTPUSH, RELAY, decode_text
 from tests.conftest import free_port
 from tests.integration.test_filter_service import wait_until
-from tests.interop.conftest import GO_BIN, go_client
+from tests.interop.conftest import GO_BIN, go_client, js_client
 from tools.processes import start_bridge
 
 pytestmark = pytest.mark.integration
@@ -35,7 +36,7 @@ def test_enr_and_peer_exchange_with_go_waku(kafka, tmp_path):
         bridge = start_bridge([
             f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}", f"bridge.key_file={tmp_path / 'key'}",
             "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", f"bridge.ws_port={ws_port}",
-            "bridge.metrics_port=-1", f"bridge.cluster_id={CLUSTER}", f"bridge.pubsub_topics={SHARD_TOPIC}",
+            "bridge.metrics_port=-1", f"bridge.cluster_id={CLUSTER}", "bridge.pubsub_topics=", "bridge.all_shards=true",
             "store_service.enabled=false", "filter.enabled=false", "bridge.enr_udp_port=9000",
             f"bridge.static_peers={ready['enr']}",
         ], log=log, env={"WAKU_CONFIG": ""})
@@ -52,7 +53,8 @@ def test_enr_and_peer_exchange_with_go_waku(kafka, tmp_path):
             assert got["ok"], got
             assert bytes.fromhex(got["rlp_hex"]) == ours.raw and got["text"] == ours.text()
             assert got["peer_id"] == bridge_id and got["seq"] == ours.seq
-            assert got["waku2"] == RELAY | LIGHTPUSH and got["cluster"] == CLUSTER and got["shards"] == [0]
+            assert got["waku2"] == RELAY | LIGHTPUSH and got["cluster"] == CLUSTER
+            assert sorted(got["shards"]) == list(range(8))  # go-waku keeps them in a map
             assert (got["ip"], got["tcp"], got["udp"]) == ("127.0.0.1", int(bridge.tcp_addr.split("/")[4]), 9000)
             assert f"/ip4/127.0.0.1/tcp/{ws_port}/ws/p2p/{bridge_id}" in got["multiaddrs"]
 
@@ -65,6 +67,18 @@ def test_enr_and_peer_exchange_with_go_waku(kafka, tmp_path):
             assert [p["peer"] for p in px["peers"]] == [ready["peer_id"]]
             assert px["peers"][0]["connected"] is True, px["peers"][0]
             assert px["peers"][0]["enr"] == ready["enr"]
+
+            # js-waku (a light node over ws: noise with our secp256k1 key) discovers it the same way.
+            # It cannot dial it: js-waku in Node has no TCP transport, and go-waku v0.10.0 leaves
+            # its ws address out of its ENR (WithMultiaddress writes the field only when some
+            # addresses do not fit), so the record has only ip/tcp.
+            ws = next(a for a in bridge.addrs if f"/tcp/{ws_port}/ws/" in a)
+            js = js_client("px", "--peer", ws, "--cluster-id", str(CLUSTER), "--shards", "8",
+                           "--timeout", "60").finish()
+            assert js["peer_id"] == bridge_id and js["connected"], js
+            assert [p["peer"] for p in js["peers"]] == [ready["peer_id"]], js
+            other_tcp = next(a for a in ready["addrs"] if "/ws" not in a).split("/p2p/")[0]
+            assert js["peers"][0]["addrs"] == [other_tcp], js["peers"][0]
         finally:
             bridge.stop()
             log.close()

@@ -13,7 +13,7 @@ for (const name of ["log", "info", "debug", "trace", "dir", "table"]) {
   console[name] = (...args) => console.error(...args);
 }
 
-export const COMMANDS = ["info", "filter", "store", "lightpush", "relay-publish"];
+export const COMMANDS = ["info", "filter", "store", "lightpush", "relay-publish", "px"];
 
 const DEFAULTS = {
   peer: undefined,

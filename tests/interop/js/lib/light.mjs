@@ -25,9 +25,10 @@ export const CODECS = {
   metadata: wakuCore.MetadataCodec,
 };
 
-export async function createNode(opts, r) {
+export async function createNode(opts, r, peerExchange = false) {
   return createLightNode({
     defaultBootstrap: false, // no DNS discovery, peer exchange or peer cache
+    discovery: peerExchange ? { peerExchange: true } : undefined, // px: js-waku's peer-exchange discovery
     networkConfig: r.networkConfig, // autosharding: { clusterId, numShardsInCluster }
     numPeersToUse: 1,
     libp2p: {
@@ -335,4 +336,36 @@ export async function cmdLightpush(node, opts, r, state) {
   if (s.pushed_ok !== opts.count) {
     throw new StepError(`${opts.count - s.pushed_ok} of ${opts.count} lightpush requests failed`);
   }
+}
+
+/**
+ * px: js-waku's peer-exchange discovery asks --peer (once identified) for peers; every peer it
+ * discovers is reported (its ENR decoded by js-waku) and dialled.
+ */
+export async function cmdPx(node, opts, r, state) {
+  const s = state.summary;
+  s.peers = [];
+  const seen = new Map();
+  node.libp2p.addEventListener("peer:discovery", (evt) => {
+    const id = evt.detail.id.toString();
+    if (!seen.has(id)) seen.set(id, evt.detail.multiaddrs.map((m) => m.toString()));
+  });
+  const { peerId } = await connect(node, opts, r, null, state);
+  const deadline = Date.now() + opts.timeout * 1000;
+  while (Date.now() < deadline && [...seen.keys()].every((id) => id === peerId.toString())) await sleep(100);
+  for (const [id, addrs] of seen) {
+    if (id === peerId.toString()) continue;
+    const p = { peer: id, addrs, connected: false };
+    const target = addrs.find((a) => a.includes("/ws")) ?? addrs[0];
+    try {
+      if (!target) throw new Error("no address");
+      const full = target.includes("/p2p/") ? target : `${target}/p2p/${id}`;
+      const conn = await withTimeout(node.libp2p.dial(multiaddr(full)), 10000, `dial ${full}`);
+      p.connected = conn.status === "open";
+    } catch (err) {
+      p.dial_error = errorText(err);
+    }
+    s.peers.push(p);
+  }
+  if (!s.peers.length) throw new StepError("peer exchange: no peer discovered");
 }

@@ -87,12 +87,13 @@ export async function main(argv) {
       await relay.cmdRelayPublish(node, opts, r, state);
     } else {
       const light = await import("./light.mjs");
-      node = await light.createNode(opts, r);
+      node = await light.createNode(opts, r, command === "px");
       const run = {
         info: light.cmdInfo,
         filter: light.cmdFilter,
         store: light.cmdStore,
         lightpush: light.cmdLightpush,
+        px: light.cmdPx,
       }[command];
       await run(node, opts, r, state);
     }
