@@ -321,17 +321,17 @@ class Bridge:
                 self.metrics.peers.set(len(self.pubsub.peers))
             if self.stream_gate is not None:
                 self.metrics.streams_open.set(self.stream_gate.total)
+            if self.producer is not None and self.producer.failed is not None:
+                raise BridgeError(f"kafka producer failed: {self.producer.failed}")
+            filter_producer = self.filter.producer if self.filter is not None else None
+            if filter_producer is not None and filter_producer.failed is not None:
+                raise BridgeError(f"the filter service's kafka producer failed: {filter_producer.failed}")
             for t in self.threads():
                 self.metrics.thread_alive.labels(t.name).set(1 if t.alive else 0)
                 self.metrics.thread_failures.labels(t.name).set(t.failures)
                 if not t.alive and not self._stop.is_set():  # ended by what its loop does not catch
                     raise BridgeError(f"background thread {t.name} died"
                                       + (f": {_one_line(t.failed)}" if t.failed is not None else ""))
-            if self.producer is not None and self.producer.failed is not None:
-                raise BridgeError(f"kafka producer failed: {self.producer.failed}")
-            filter_producer = self.filter.producer if self.filter is not None else None
-            if filter_producer is not None and filter_producer.failed is not None:
-                raise BridgeError(f"the filter service's kafka producer failed: {filter_producer.failed}")
             if trio.current_time() - last_status >= STATUS_EVERY_S:
                 counts = self._counts()
                 if counts != last:

@@ -97,7 +97,7 @@ class PushConsumer:
             try:
                 self._loop()
                 return
-            except Exception as exc:  # counted, logged, started again
+            except BaseException as exc:  # counted, logged, started again (SystemExit too: never left dead)
                 self.failures += 1
                 self.failed = exc
                 log.error("push consumer failed (%d so far), restarting in 2 s: %s: %s", self.failures,

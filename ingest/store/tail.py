@@ -539,7 +539,7 @@ class TailFollower:
                 self.failed = exc
                 self.failures += 1
                 self._stop.wait(2.0)
-            except Exception as exc:  # logged, then started again (from its start position)
+            except BaseException as exc:  # logged, then started again from its start position (SystemExit too)
                 self.failures += 1
                 log.error("store tail consumer failed (%d so far), restarting in 2 s: %s: %s", self.failures,
                           type(exc).__name__, exc, exc_info=self.failures == 1)

@@ -126,7 +126,7 @@ def _thread_bridge(kafka: str, tmp_path):
 
 def test_each_background_thread_killed_is_counted_shown_and_started_again(kafka: str, tmp_path):
     """Each of the bridge's restartable threads (filter push consumer, store tail, store reader's
-    follower), killed by an exception raised inside it, is started again, counted in
+    follower), killed by an exception raised inside it (SystemExit), is started again, counted in
     waku_bridge_thread_failures{thread} and reported by health_problems() (the REST API's
     /health) until a minute has passed."""
     from tests.unit.test_thread_deaths import kill
@@ -141,27 +141,28 @@ def test_each_background_thread_killed_is_counted_shown_and_started_again(kafka:
             assert bridge.health_problems() == []
             for name in names:
                 await _until(lambda n=name: _state(bridge, n).alive)
-                kill(name, RuntimeError)
-                await _until(lambda n=name: _state(bridge, n).failures == 1 and _state(bridge, n).alive)
+                kill(name, SystemExit)  # a BaseException: no library's `except Exception` swallows it
+                await _until(lambda n=name: _state(bridge, n).failures == 1 and _state(bridge, n).alive,
+                             lambda n=name: f"{_state(bridge, n)}")
                 await _until(lambda n=name: bridge.metrics.value("waku_bridge_thread_failures", thread=n) == 1)
                 assert bridge.metrics.value("waku_bridge_thread_alive", thread=name) == 1
                 assert any(name in p and "started again" in p for p in bridge.health_problems())
             bridge.stop()
 
-    async def _until(predicate, timeout: float = 120.0) -> None:
-        with trio.fail_after(timeout):
-            while not predicate():
-                await trio.sleep(0.05)
+    async def _until(predicate, describe=lambda: "", timeout: float = 120.0) -> None:
+        deadline = trio.current_time() + timeout
+        while not predicate():
+            assert trio.current_time() < deadline, f"timed out: {describe()}"
+            await trio.sleep(0.05)
 
     trio.run(main)
 
 
-def test_a_thread_ended_by_what_its_loop_does_not_catch_stops_the_bridge(kafka: str, tmp_path):
-    """SystemExit raised inside the push consumer (its loop restarts after an Exception only)
-    ends the thread: the bridge stops with an error naming it (a non-zero exit for
-    `waku-bridge run`), never answers SUBSCRIBE 200 with nothing to push."""
+def test_a_thread_that_ends_while_the_bridge_runs_stops_the_bridge(kafka: str, tmp_path):
+    """A background thread that ends (here the push consumer, told to stop under the running
+    bridge) stops the bridge with an error naming it (a non-zero exit for `waku-bridge run`): it
+    never answers SUBSCRIBE 200 with nothing to push."""
     from ingest.node import BridgeError
-    from tests.unit.test_thread_deaths import kill
 
     bridge = _thread_bridge(kafka, tmp_path)
 
@@ -171,7 +172,8 @@ def test_a_thread_ended_by_what_its_loop_does_not_catch_stops_the_bridge(kafka: 
                 await nursery.start(bridge.run)
                 while not any(t.name == "push-consumer" and t.alive for t in bridge.threads()):
                     await trio.sleep(0.05)
-                kill("push-consumer", SystemExit)
+                assert bridge.filter is not None and bridge.filter.consumer is not None
+                bridge.filter.consumer.stop()
                 await trio.sleep_forever()
 
     with pytest.raises(BaseException) as info:
@@ -181,3 +183,31 @@ def test_a_thread_ended_by_what_its_loop_does_not_catch_stops_the_bridge(kafka: 
 
 def _state(bridge, name: str):
     return next(t for t in bridge.threads() if t.name == name)
+
+
+def test_a_killed_relay_feeder_stops_the_bridge(kafka: str, tmp_path):
+    """The relay producer's feeder (Kafka's delivery reports, the records' acknowledgements)
+    killed inside the running bridge: the bridge stops with an error naming the producer (a
+    non-zero exit), never keeps reading peers whose messages nobody acknowledges."""
+    import ctypes
+
+    from ingest.node import BridgeError
+    from tests.integration.test_bridge import local_bridge
+
+    topic = f"test.threads.{uuid.uuid4().hex[:8]}.messages"
+    create_topic(kafka, topic, 1)
+    bridge, _metrics = local_bridge(kafka, topic, tmp_path, "store_service.enabled=false", "filter.enabled=false")
+
+    async def main() -> None:
+        with trio.fail_after(300):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(bridge.run)
+                thread = bridge.producer._thread
+                assert thread is not None and thread.is_alive()
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(SystemExit))
+                await trio.sleep_forever()
+
+    with pytest.raises(BaseException) as info:
+        trio.run(main)
+    assert any(isinstance(e, BridgeError) and "kafka producer failed" in str(e)
+               for e in _leaves(info.value)), info.value
