@@ -421,7 +421,11 @@ async def _window_update_at_half(self: YamuxStream, *, bytes_read: int = 0) -> N
     the bytes read twice): with a reader that keeps pace, one noise-encrypted frame and a
     syscall per relay message, and a receive window that creeps past its target. Auto-tuning
     (`_apply_autotune_epoch`, bounded by the relay's `bound_receive_windows`) applies when an
-    update goes out, as before."""
+    update goes out, as before. No update due: no lock taken (a trio lock is a trip through the
+    scheduler; nothing can change the window between this check and the return)."""
+    due = self.target_recv_window - (self.recv_window + len(self.conn.stream_buffers.get(self.stream_id, b"")))
+    if due <= 0 or due < self.target_recv_window // 2:
+        return
     async with self.window_lock:
         buffered = len(self.conn.stream_buffers.get(self.stream_id, b""))
         delta = self.target_recv_window - (self.recv_window + buffered)
