@@ -1,6 +1,7 @@
 """Discovery against go-waku v0.10.0 and js-waku (issue 39): the bridge's ENR (secp256k1
 identity) decoded byte for byte by go-waku's parser; go-waku's peer-exchange client and js-waku's
-peer-exchange discovery asking the bridge; go-waku dials the peer it got. A bridge process with
+peer-exchange discovery asking the bridge; go-waku dials the peer it got; go-waku relays
+through the bridge (secp256k1 identity) into Kafka. A bridge process with
 Kafka only (no Spark jobs, no store or filter)."""
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from core.kafka import ensure_topics
 from ingest.enr import LIGHTPUSH, RELAY, decode_text
 from tests.conftest import free_port
+from tests.integration.test_bridge_process import count_records
 from tests.integration.test_filter_service import wait_until
 from tests.interop.conftest import GO_BIN, go_client, js_client
 from tools.processes import start_bridge
@@ -67,6 +69,11 @@ def test_enr_and_peer_exchange_with_go_waku(kafka, tmp_path):
             assert [p["peer"] for p in px["peers"]] == [ready["peer_id"]]
             assert px["peers"][0]["connected"] is True, px["peers"][0]
             assert px["peers"][0]["enr"] == ready["enr"]
+
+            # Relay with the secp256k1 identity: go-waku publishes, the bridge relays into Kafka.
+            pub = go_client("relay-publish", "--peer", bridge.tcp_addr, "--count", "3", *GO_FLAGS).finish()
+            assert pub["ok"] and pub["published"] == 3, pub
+            wait_until(lambda: count_records(kafka, topic) >= 3, 60, "3 relayed messages in Kafka")
 
             # js-waku (a light node over ws: noise with our secp256k1 key) discovers it the same way.
             # It cannot dial it: js-waku in Node has no TCP transport, and go-waku v0.10.0 leaves
