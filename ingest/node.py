@@ -22,7 +22,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from core.message import check_message
 from core.records import ingest_key, ingest_value
 from core.threads import RECENT_FAILURE_S, SupervisedThread
-from ingest.enr import FILTER, LIGHTPUSH, RELAY, STORE, Record, WakuEnrFields, announce
+from ingest.enr import FILTER, LIGHTPUSH, RELAY, STORE, EnrError, Record, WakuEnrFields, announce
 from ingest.enr import decode as decode_enr
 from ingest.filter.service import FilterService
 from ingest.host import ListenError, StreamGate, build_host, check_listen_addrs, dial, listen_addrs, tls_server_context
@@ -244,7 +244,11 @@ class Bridge:
         shards = node_shards(s)
         fields = WakuEnrFields(tuple(self.addrs), caps, shards.cluster_id, shards.shards if shards.cluster_id else (),
                                s.enr_udp_port)
-        self.enr = announce(self.key_pair.private_key.to_bytes(), fields, enr_state_file(s.key_file))
+        try:
+            self.enr = announce(self.key_pair.private_key.to_bytes(), fields, enr_state_file(s.key_file))
+        except EnrError as exc:  # e.g. no room in 300 bytes: the node runs, undiscoverable
+            log.warning("no ENR: %s", exc)
+            return
         print(self.enr.text(), file=self.out, flush=True)
         log.info("ENR seq %d: %s", self.enr.seq, self.enr.text())
 
