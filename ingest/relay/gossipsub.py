@@ -177,6 +177,11 @@ class SeenCache:
             self.sets[0].add(key)
         return new
 
+    def mark(self, key: bytes) -> None:
+        """Mark `key` seen, known not to be (the caller asked `has` just before)."""
+        self._rotate()
+        self.sets[0].add(key)
+
     def length(self) -> int:
         return sum(len(s) for s in self.sets)
 
@@ -434,7 +439,7 @@ class RelayPubsub(Pubsub):
                 raise ValueError(f"refusing to publish an invalid message: {reason.value}")
             log.debug("relay: rejected a message from %s: %s", msg_forwarder, reason.value)
             return
-        self.seen_messages.add(mid)
+        self.seen_messages.mark(mid)  # type: ignore[attr-defined]  # a SeenCache (__init__)
         self.observer.on_accepted(topic)
         scorer = self.router.scorer  # type: ignore[attr-defined]
         if scorer is not None and msg_forwarder != self.my_id:
