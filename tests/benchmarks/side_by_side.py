@@ -267,6 +267,7 @@ def start_ours(tmp: Path) -> Side:
         "bridge.cluster_id=1", "bridge.num_shards_in_cluster=8", "bridge.pubsub_topics=", "bridge.all_shards=true",
         f"job_metrics.store_port={free_port()}", f"job_metrics.subscriptions_port={free_port()}",
         f"job_metrics.filter_port={free_port()}", f"dashboard.port={free_port()}",
+        "rest.enabled=false",  # as go-waku's node here (and its fixed port may be taken)
     ]
     argv = [sys.executable, "-m", "tools.local_run", "--no-demo", "--no-dashboard"]
     for o in overrides:
