@@ -109,14 +109,15 @@ class ObjectStoreSettings:
         (pipeline/spark/entrypoint.setup_job sets them for an s3a:// warehouse)."""
         return {k: v for k, v in self.storage_options().items() if k.startswith("AWS_")}
 
-    def arrow_filesystem(self) -> Any:
-        """Arrow's S3 file system for this store (pyarrow.fs.S3FileSystem; paths `bucket/key`)."""
+    def arrow_filesystem(self, **options: Any) -> Any:
+        """Arrow's S3 file system for this store (pyarrow.fs.S3FileSystem; paths `bucket/key`);
+        `options`: more of its arguments."""
         from pyarrow import fs
 
         scheme, _, endpoint = self.endpoint.partition("://") if self.endpoint else ("https", "", "")
         return fs.S3FileSystem(access_key=self.access_key or None, secret_key=self.secret_key or None,
                                region=self.region, endpoint_override=endpoint or None, scheme=scheme,
-                               force_virtual_addressing=not self.path_style)
+                               force_virtual_addressing=not self.path_style, **options)
 
     @classmethod
     def from_config(cls, config: Config) -> ObjectStoreSettings:

@@ -17,7 +17,7 @@ mkdir -p .cache/bin
 dir=$(go mod download -json "github.com/seaweedfs/seaweedfs@$VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
 [ -d "$dir" ] || { echo "error: could not download github.com/seaweedfs/seaweedfs@$VERSION from the Go module proxy" >&2; exit 2; }
 echo "build_seaweedfs: building weed $VERSION (several minutes the first time)"
-(cd "$dir" && CGO_ENABLED=0 nice go build -trimpath -o "$OLDPWD/$OUT.tmp" ./weed) \
+(cd "$dir" && nice go build -trimpath -o "$OLDPWD/$OUT.tmp" ./weed) \
   || { echo "error: building SeaweedFS failed" >&2; exit 2; }
 mv "$OUT.tmp" "$OUT"
 echo "$VERSION" > "$STAMP"

@@ -113,7 +113,7 @@ class SeaweedS3:
 
     def create_bucket(self, bucket: str, timeout_s: float = 60.0) -> None:
         """Create `bucket` (the volume servers may take a moment to register: retried)."""
-        s3 = self.settings.arrow_filesystem()
+        s3 = self.settings.arrow_filesystem(allow_bucket_creation=True)
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -130,7 +130,7 @@ class SeaweedS3:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(20)
+                self.proc.wait(5)  # weed takes its time over a graceful stop
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
