@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from core.config import Config, ConfigError, config_from_args
-from core.settings import ObjectStoreSettings, is_s3
+from core.settings import ObjectStoreSettings, WarehouseSettings, is_s3
 from core.spark_conf import SparkSettings
 
 if TYPE_CHECKING:
@@ -26,7 +26,8 @@ def setup_job(args: argparse.Namespace, build: Callable[[Config], S]) -> tuple[S
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
         config = config_from_args(args)
-        if is_s3(config.path("warehouse.root")) or is_s3(config.path("warehouse.checkpoints")):
+        warehouse = WarehouseSettings.from_config(config)
+        if is_s3(warehouse.root) or is_s3(warehouse.checkpoints):
             # delta-rs on this driver (log checkpoints, job_metrics) reaches the store from these.
             os.environ.update(ObjectStoreSettings.from_config(config).environment())
         return build(config), SparkSettings.from_config(config)
