@@ -37,9 +37,6 @@ public class S3ConditionalLogStore extends HadoopFileSystemLogStore {
   public void write(Path path, Iterator<String> actions, Boolean overwrite, Configuration hadoopConf)
       throws IOException {
     FileSystem fs = path.getFileSystem(hadoopConf);
-    if (!overwrite && fs.exists(path)) {
-      throw new FileAlreadyExistsException(path.toString());
-    }
     FSDataOutputStreamBuilder<?, ?> builder = fs.createFile(path).overwrite(overwrite);
     if (!overwrite) {
       builder.must(CONDITIONAL_CREATE, true);
