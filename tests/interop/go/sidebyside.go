@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	mrand "math/rand"
 	"sync"
 	"time"
 
@@ -96,6 +97,28 @@ func cmdFilterMany(ctx context.Context, o *options, log *zap.Logger) result {
 	}
 	wg.Wait()
 	defer func() {
+		// unsubscribe first, each with a context of its own (the light node's Stop unsubscribes
+		// with its own context, cancelled meanwhile: a service node would keep the subscriptions)
+		var uwg sync.WaitGroup
+		for _, c := range clients {
+			if c != nil && c.cf.PubsubTopic != "" {
+				uwg.Add(1)
+				go func(c *client) {
+					defer uwg.Done()
+					// go-waku's node answers 429 to many requests at once: tried again for 20 s
+					for end := time.Now().Add(20 * time.Second); time.Now().Before(end); {
+						uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						res, err := c.ln.Unsubscribe(uctx, c.cf, filter.WithPeer(c.s.peerID))
+						cancel()
+						if err == nil && (res == nil || len(res.Errors()) == 0) {
+							return
+						}
+						time.Sleep(time.Duration(200+mrand.Intn(800)) * time.Millisecond)
+					}
+				}(c)
+			}
+		}
+		uwg.Wait()
 		for _, c := range clients {
 			if c != nil {
 				c.ln.Stop()
