@@ -152,7 +152,8 @@ class Api:
         return JSONResponse(codec.health_report(peers, d_low, mounted, node.health_problems()))
 
     async def info(self, request: Request) -> Response:
-        return JSONResponse(codec.info_json(str(a) for a in self.node.addrs))
+        enr = getattr(self.node, "enr", None)  # the bridge's ENR (None with an Ed25519 identity)
+        return JSONResponse(codec.info_json((str(a) for a in self.node.addrs), enr.text() if enr else None))
 
     async def version_route(self, request: Request) -> Response:
         return text(200, self.version)
