@@ -79,7 +79,7 @@ def kafka_keys(bootstrap: str, topic: str) -> tuple[int, set[bytes], dict[bytes,
                 keys.update(r.key for r in recs)
                 for r in recs:
                     f = decode_ingest(r.value)
-                    if f.has_message and f.timestamp:
+                    if f.has_message and f.timestamp and f.received_time is not None:
                         lags.setdefault(r.key, f.received_time - f.timestamp / 1e9)
         return records, keys, lags
     finally:
@@ -110,6 +110,7 @@ def stack_overrides(tmp: Path, kafka_port: int, metrics_port: int, topic: str) -
         "bridge.cluster_id=1", "bridge.num_shards_in_cluster=8", "bridge.pubsub_topics=", "bridge.all_shards=true",
         f"job_metrics.store_port={free_port()}", f"job_metrics.subscriptions_port={free_port()}",
         f"job_metrics.filter_port={free_port()}", f"dashboard.port={free_port()}",
+        f"rest.port={free_port()}",  # local_run turns the REST API on (nwaku's port 8645 by default)
     ]
 
 
