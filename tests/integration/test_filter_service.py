@@ -115,6 +115,7 @@ def env(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[dict]:
         "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1", "bridge.metrics_port=-1",
         f"bridge.pubsub_topics={PT},{SHARD}",
         "filter.trigger_seconds=0.2", "filter.subscriptions_trigger_seconds=0.2",
+        "filter.subscriptions_min_events_per_trigger=0",  # a batch at every trigger: the test waits on the table
         # One shared local[2] session runs the subscriptions job too: real-time mode would hold
         # every task slot (it is tested through ./spark-submit.sh in test_filter_realtime.py).
         "filter.trigger=microbatch",

@@ -250,7 +250,9 @@ public final class CriteriaIndex {
     p.put("key.deserializer", ByteArrayDeserializer.class.getName());
     p.put("value.deserializer", ByteArrayDeserializer.class.getName());
     p.put("enable.auto.commit", "false");
-    p.putIfAbsent("fetch.max.wait.ms", "20");
+    // fetch.min.bytes is 1: a fetch is answered as soon as an event is there; an idle topic costs
+    // 2 fetches a second (a 20 ms wait made it 50, the follower's and the broker's idle CPU).
+    p.putIfAbsent("fetch.max.wait.ms", "500");
     p.putIfAbsent("client.id", "waku-criteria-index");
     p.remove("group.id");
     ClassLoader saved = Thread.currentThread().getContextClassLoader();
