@@ -117,7 +117,7 @@ def test_key_file_created_once_and_reloaded(tmp_path):
 def test_key_file_errors_are_one_line(tmp_path):
     bad = tmp_path / "bad"
     bad.write_bytes(b"not a key")
-    with pytest.raises(IdentityError, match="does not hold a libp2p private key"):
+    with pytest.raises(IdentityError, match="holds neither a hex node key nor a libp2p private key"):
         load_or_create_key(bad)
     with pytest.raises(IdentityError, match="is a directory"):
         load_or_create_key(tmp_path)
