@@ -238,6 +238,9 @@ def interop(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[Int
         await nursery.start(keep)
 
     net.start(setup)
+    # The bridge mounts filter once Kafka acknowledged its restart record (a fresh broker's
+    # idempotent-producer set-up can take seconds): clients dial after that.
+    wait_until(lambda: "filter: serving" in (root / "bridge.log").read_text(), 180, "the bridge's filter service")
     wait_until(lambda: filter_query.lastProgress is not None, 180, "the filter query's first batch")
     wait_until(lambda: store_query.lastProgress is not None, 180, "the store query's first batch")
     env = Interop(cfg, bridge, net, relay_peer, spark, messages_topic, ws_addr)
