@@ -67,7 +67,14 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tests.benchmarks.relay_flat_out import GO_BIN, load1, scrape, total  # noqa: E402
+from tests.benchmarks.relay_flat_out import (  # noqa: E402
+    GO_BIN,
+    load1,
+    scrape,
+    stack_overrides,
+    start_local_run,
+    total,
+)
 from tests.benchmarks.stats import latency_summary, rate  # noqa: E402
 from tools.processes import free_port, group_cpu_s, proc_cpu_s  # noqa: E402
 
@@ -263,25 +270,11 @@ def _process_groups(root: int) -> dict[int, str]:
 
 def start_ours(tmp: Path) -> Side:
     kafka_port, metrics_port = free_port(), free_port()
-    overrides = [
-        f"embedded_kafka.port={kafka_port}", f"embedded_kafka.controller_port={free_port()}",
-        f"embedded_kafka.data_dir={tmp / 'kafka'}",
-        "topics.messages=sbs.messages", "topics.subscriptions=sbs.subscriptions", "topics.push_prefix=sbs.push.",
-        f"warehouse.root={tmp / 'warehouse'}", f"warehouse.checkpoints={tmp / 'var' / 'checkpoints'}",
-        f"bridge.key_file={tmp / 'bridge.key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
-        "bridge.ws_port=-1", f"bridge.metrics_port={metrics_port}",
-        "bridge.cluster_id=1", "bridge.num_shards_in_cluster=8", "bridge.pubsub_topics=", "bridge.all_shards=true",
-        f"job_metrics.store_port={free_port()}", f"job_metrics.subscriptions_port={free_port()}",
-        f"job_metrics.filter_port={free_port()}", f"dashboard.port={free_port()}",
-        "rest.enabled=false",  # as go-waku's node here (and its fixed port may be taken)
-    ]
-    argv = [sys.executable, "-m", "tools.local_run", "--no-demo", "--no-dashboard"]
-    for o in overrides:
-        argv += ["--set", o]
+    # As relay_flat_out and stack_cost start it; REST off as go-waku's node here.
+    overrides = stack_overrides(tmp, kafka_port, metrics_port, "sbs.messages") + ["rest.enabled=false"]
     run_log = tmp / "local_run.log"
     began = time.monotonic()
-    local = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=run_log.open("w"), stderr=subprocess.STDOUT,
-                             start_new_session=True)
+    local = start_local_run(overrides, run_log)
     addr = None
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline and local.poll() is None:
