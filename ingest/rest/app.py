@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import unquote
 
 import multiaddr
 import trio
@@ -87,6 +88,15 @@ def text(status: int, body: str = "") -> Response:
     return PlainTextResponse(body, status_code=status)
 
 
+def drained(messages: list[WakuMessage] | None, encode: Callable[[WakuMessage], dict[str, Any]],
+            not_subscribed: Response) -> Response:
+    """A cache read (relay, autosharded relay, filter pushes): the messages as JSON, or the
+    route's answer for a topic not subscribed."""
+    if messages is None:
+        return not_subscribed
+    return JSONResponse([encode(m) for m in messages])
+
+
 def origin_regex(origins: tuple[str, ...]) -> str | None:
     """nwaku's --rest-allow-origin items ("localhost:*", "127.0.0.1:8080", "*"): with or without
     a scheme, "*" and "?" wildcards."""
@@ -108,7 +118,7 @@ class Api:
         self.settings = settings
         self.cache = cache
         self.filter_client = filter_client
-        self.filter_cache = filter_cache or MessageCache(settings.relay_cache_capacity)
+        self.filter_cache = filter_cache if filter_cache is not None else MessageCache(settings.relay_cache_capacity)
         self.version = version_text()
         self._store_client: StoreClient | None = None
 
@@ -222,10 +232,7 @@ class Api:
 
     async def relay_get(self, request: Request) -> Response:
         topic = request.path_params["topic"]
-        messages = self.cache.take(pubsub_topic=topic)
-        if messages is None:
-            return text(404)
-        return JSONResponse([codec.relay_message_json(m) for m in messages])
+        return drained(self.cache.take(pubsub_topic=topic), codec.relay_message_json, text(404))
 
     async def _publish(self, topic: str, body: Any, prefix: str) -> Response:
         msg = codec.to_waku_message(codec.relay_message(body))
@@ -267,10 +274,7 @@ class Api:
 
     async def auto_get(self, request: Request) -> Response:
         ct = request.path_params["topic"]
-        messages = self.cache.take(content_topic=ct)
-        if messages is None:
-            return text(404, ct)
-        return JSONResponse([codec.relay_message_json(m) for m in messages])
+        return drained(self.cache.take(content_topic=ct), codec.relay_message_json, text(404, ct))
 
     async def auto_post(self, request: Request) -> Response:
         body = await self.body(request)
@@ -408,10 +412,10 @@ class Api:
         return JSONResponse({"requestId": rid, "statusDesc": desc}, status_code=status)
 
     async def _filter_call(self, rid: str, kind: int, topic: str | None = None,
-                           cts: tuple[str, ...] = ()) -> tuple[int, str]:
+                           cts: tuple[str, ...] = ()) -> tuple[int, str] | None:
         """(HTTP status, statusDesc) of one request to the filter service node, as nwaku maps
         its filter client's results: the service's code (200 "OK"), a dial failure 504 with the
-        address, no answer in time 503."""
+        address, a stream failure 500; None when there was no answer in time."""
         client = self.filter_client
         assert client is not None
         peer = self.settings.filter_peer
@@ -431,87 +435,97 @@ class Api:
             if resp is None:
                 return 500, "BAD_RESPONSE: no answer"
             return (200, "OK") if resp.status_code == 200 else (resp.status_code, resp.status_desc)
-        return 503, "Subscription request timed out"
+        return None
 
-    async def _filter_body(self, request: Request, topics: bool = True) -> codec.FilterRequest:
+    async def _filter_request(self, request: Request, topics: bool = True) -> codec.FilterRequest | Response:
+        """The request body, or nwaku's answer to one it cannot decode (requestId "unknown")."""
         try:
             return codec.filter_request(await self.body(request), topics=topics)
         except codec.BadRequest as exc:
             if exc.status == 413:
                 raise
-            text_ = str(exc)
-            raise codec.BadRequest(text_ if text_.startswith("Failed to decode request") else
-                                   f"Failed to decode request: {text_}") from None
+            desc = str(exc)
+            if not desc.startswith("Failed to decode request"):
+                desc = f"Failed to decode request: {desc}"
+            return self._filter_answer("unknown", 400, desc)
 
-    async def filter_subscribe(self, request: Request) -> Response:
-        try:
-            req = await self._filter_body(request)
-        except codec.BadRequest as exc:
-            if exc.status == 413:
-                raise
-            return self._filter_answer("unknown", 400, str(exc))
-        topic = req.pubsub_topic
-        if topic is None:  # autosharding: one request per shard of the content topics
-            shards = {ct: self.autoshard_topic(ct) for ct in req.content_topics}
-            if not req.content_topics or any(t is None for t in shards.values()):
-                return self._filter_answer(req.request_id, 400, "BAD_REQUEST: no pubsub topic, and none can "
-                                           "be derived from the content topics")
-            groups: dict[str, list[str]] = {}
-            for ct, t in shards.items():
-                groups.setdefault(t or "", []).append(ct)
-        else:
-            groups = {topic: list(req.content_topics)}
-        status, desc = 200, "OK"
-        for t, cts in groups.items():
-            status, desc = await self._filter_call(req.request_id, Req.SUBSCRIBE, t, tuple(cts))
-            if status != 200:
-                break
-            self.filter_cache.content_topics.update(cts)
-        return self._filter_answer(req.request_id, status, desc)
-
-    async def filter_unsubscribe(self, request: Request) -> Response:
-        try:
-            req = await self._filter_body(request)
-        except codec.BadRequest as exc:
-            if exc.status == 413:
-                raise
-            return self._filter_answer("unknown", 400, str(exc))
+    def _filter_groups(self, req: codec.FilterRequest) -> dict[str, list[str]] | None:
+        """The content topics by pubsub topic: the request's, else each one's autosharded shard
+        (None when one has none)."""
+        if req.pubsub_topic is not None:
+            return {req.pubsub_topic: list(req.content_topics)}
         groups: dict[str, list[str]] = {}
         for ct in req.content_topics:
-            groups.setdefault(req.pubsub_topic or self.autoshard_topic(ct) or "", []).append(ct)
+            shard = self.autoshard_topic(ct)
+            if shard is None:
+                return None
+            groups.setdefault(shard, []).append(ct)
+        return groups
+
+    async def _filter_change(self, req: codec.FilterRequest, kind: int, timeout_text: str) -> Response:
+        """Subscribe or unsubscribe the request's content topics, one request per pubsub topic.
+        As nwaku, the push cache follows once the service answered, whatever it answered (not
+        after a timeout)."""
+        groups = self._filter_groups(req)
+        if not groups:
+            return self._filter_answer(req.request_id, 400, "BAD_REQUEST: no pubsub topic, and none can "
+                                       "be derived from the content topics")
         status, desc = 200, "OK"
-        for t, cts in groups.items():
-            status, desc = await self._filter_call(req.request_id, Req.UNSUBSCRIBE, t or None, tuple(cts))
+        for topic, cts in groups.items():
+            answer = await self._filter_call(req.request_id, kind, topic, tuple(cts))
+            if answer is None:
+                return self._filter_answer(req.request_id, 503, timeout_text)
+            for ct in cts:
+                if kind == Req.SUBSCRIBE:
+                    self.filter_cache.content_topics.add(ct)
+                else:
+                    self.filter_cache.unsubscribe(content_topic=ct)
+            status, desc = answer
             if status != 200:
                 break
-            for ct in cts:
-                self.filter_cache.unsubscribe(content_topic=ct)
         return self._filter_answer(req.request_id, status, desc)
 
+    async def filter_subscribe(self, request: Request) -> Response:
+        req = await self._filter_request(request)
+        if isinstance(req, Response):
+            return req
+        return await self._filter_change(req, Req.SUBSCRIBE, "Subscription request timed out")
+
+    async def filter_unsubscribe(self, request: Request) -> Response:
+        req = await self._filter_request(request)
+        if isinstance(req, Response):
+            return req
+        return await self._filter_change(req, Req.UNSUBSCRIBE,
+                                         "Failed to unsubscribe from contentFilters due to timeout!")
+
     async def filter_unsubscribe_all(self, request: Request) -> Response:
-        try:
-            req = await self._filter_body(request, topics=False)
-        except codec.BadRequest as exc:
-            if exc.status == 413:
-                raise
-            return self._filter_answer("unknown", 400, str(exc))
-        status, desc = await self._filter_call(req.request_id, Req.UNSUBSCRIBE_ALL)
-        if status == 200:
-            for ct in list(self.filter_cache.content_topics):
-                self.filter_cache.unsubscribe(content_topic=ct)
-        return self._filter_answer(req.request_id, status, desc)
+        req = await self._filter_request(request, topics=False)
+        if isinstance(req, Response):
+            return req
+        answer = await self._filter_call(req.request_id, Req.UNSUBSCRIBE_ALL)
+        if answer is None:
+            return self._filter_answer(req.request_id, 503,
+                                       "Failed to unsubscribe from all contentFilters due to timeout!")
+        self.filter_cache.reset()  # nwaku: whatever the service answered
+        return self._filter_answer(req.request_id, *answer)
 
     async def filter_ping(self, request: Request) -> Response:
         rid = request.path_params["request_id"]
-        status, desc = await self._filter_call(rid, Req.SUBSCRIBER_PING)
-        return self._filter_answer(rid, status, desc)
+        answer = await self._filter_call(rid, Req.SUBSCRIBER_PING)
+        return self._filter_answer(rid, *(answer or (503, "Ping timed out")))
 
     async def filter_messages(self, request: Request) -> Response:
-        ct = request.path_params["topic"]
-        messages = self.filter_cache.take(content_topic=ct)
-        if messages is None:
-            return text(400, f"Not subscribed to topic: {ct}")
-        return JSONResponse([codec.filter_message_json(m) for m in messages])
+        """`/filter/v2/messages/{contentTopic}` (nwaku) and go-waku's
+        `/{pubsubTopic}/{contentTopic}`: two path segments, each percent-encoded."""
+        raw = request.scope.get("raw_path") or request.url.path.encode()
+        parts = raw.decode("latin-1").split("?", 1)[0].split("/filter/v2/messages/", 1)[-1].split("/")
+        if len(parts) == 2 and all(parts):
+            pubsub_topic, ct = (unquote(p) for p in parts)
+            messages = self.filter_cache.take(content_topic=ct, on_pubsub_topic=pubsub_topic)
+        else:
+            ct = request.path_params["topic"]
+            messages = self.filter_cache.take(content_topic=ct)
+        return drained(messages, codec.filter_message_json, text(400, f"Not subscribed to topic: {ct}"))
 
 
 def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:

@@ -26,9 +26,11 @@ class MessageCache:
             if len(self._messages) > self.capacity:
                 self._messages.popleft()
 
-    def take(self, *, pubsub_topic: str | None = None, content_topic: str | None = None) -> list[WakuMessage] | None:
-        """The cached messages of a pubsub topic (or content topic), oldest first, removed from
-        the cache; None when that topic is not subscribed."""
+    def take(self, *, pubsub_topic: str | None = None, content_topic: str | None = None,
+             on_pubsub_topic: str | None = None) -> list[WakuMessage] | None:
+        """The cached messages of a pubsub topic (or content topic; `on_pubsub_topic`: only those
+        of the content topic received on that pubsub topic), oldest first, removed from the
+        cache; None when that topic is not subscribed."""
         if pubsub_topic is not None and pubsub_topic not in self.pubsub_topics:
             return None
         if content_topic is not None and content_topic not in self.content_topics:
@@ -37,7 +39,8 @@ class MessageCache:
         kept: deque[tuple[str, WakuMessage]] = deque()
         for topic, msg in self._messages:
             if (pubsub_topic is not None and topic == pubsub_topic) or \
-                    (content_topic is not None and msg.content_topic == content_topic):
+                    (content_topic is not None and msg.content_topic == content_topic
+                     and on_pubsub_topic in (None, topic)):
                 taken.append(msg)
             else:
                 kept.append((topic, msg))
@@ -54,3 +57,9 @@ class MessageCache:
             self.content_topics.discard(content_topic)
             self._messages = deque((t, m) for t, m in self._messages if m.content_topic != content_topic
                                    or t in self.pubsub_topics)
+
+    def reset(self) -> None:
+        """Forget every topic and message (nwaku's `MessageCache.reset`)."""
+        self.pubsub_topics.clear()
+        self.content_topics.clear()
+        self._messages.clear()
