@@ -332,7 +332,7 @@ def test_lightpush_refusals(nodes):
 
 def test_filter_client_routes(nodes):
     """B's REST filter client subscribes at A's filter service: nwaku's answers. (Pushes need the
-    filter Spark job; the push cache is tested in tests/unit/test_rest_codec.py.)"""
+    filter Spark job: tests/interop/test_rest_filter.py reads them.)"""
     a, b = nodes
     body = {"requestId": "s1", "contentFilters": [CT], "pubsubTopic": CT_SHARD}
     r = b.post("/filter/v2/subscriptions", body)
