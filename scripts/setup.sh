@@ -67,11 +67,14 @@ PYTHON=.venv/bin/python bash jvm/build.sh "$REPO/.cache/jars/spark" || exit 2
 #    tests/integration/test_dashboard.py opens the ops dashboard headless.
 if [ "${1:-}" = "--with-interop" ]; then
   command -v chromium >/dev/null || apt_install chromium
-  command -v go >/dev/null || die "Go not found: the interop tests build go-waku with Go >= 1.23 (install Go, or put it on PATH)"
+  command -v go >/dev/null || die "Go not found: the interop tests build go-waku with Go >= 1.24 (install Go, or put it on PATH)"
   command -v gcc >/dev/null || apt_install gcc
   command -v npm >/dev/null || apt_install npm
   say "reference clients for the interop tests (go-waku, js-waku)"
   bash tests/interop/go/build.sh >/dev/null || exit 2
+  # go-waku's own node (cmd/waku) for tests/interop/test_rest_gowaku.py: a first build takes
+  # ~4 min of two cores (217 s on a busy machine), then it is a stamp check.
+  node_out=$(bash tests/interop/gowaku-node/build.sh) || die "go-waku's node: ${node_out#error: }"
   # SeaweedFS's S3 gateway, the object store of tests/integration/test_store_on_s3.py.
   bash scripts/build_seaweedfs.sh || exit 2
   bash tests/interop/js/install.sh || exit 2

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds go-waku v0.10.0's own node (cmd/waku, the `tool` of go.mod beside this script) to
-# <repo>/.cache/interop/gowaku-node, for tests/benchmarks/side_by_side.py (not part of `make test`).
+# <repo>/.cache/interop/gowaku-node, for tests/interop/test_rest_gowaku.py (`make test`: scripts/setup.sh
+# --with-interop builds it) and tests/benchmarks/side_by_side.py.
 # Idempotent: rebuilds only when go.mod, go.sum, this script or the Go version changed (sha256
 # stamp beside the binary). On success prints the binary's path; on failure one line "error: ..."
 # and exit 2 (details in .cache/interop/gowaku-node.build.log).
