@@ -109,15 +109,17 @@ def ensure_topics(
     *,
     options: Mapping[str, str] | None = None,
     replication: int | None = None,
+    min_insync_replicas: int | None = None,
     topic_configs: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
     client_id: str = "waku-admin",
 ) -> list[str]:
     """Create the missing topics of `topics` (name -> partitions) and wait until every partition
     has a leader. Existing topics are left as they are (a different partition count is logged).
-    Replication: 1 against a single bootstrap server, else 3 unless given; with a replication of
-    3 or more the topics get min.insync.replicas=2 (with the producers' acks=all, an
-    acknowledged record is on two brokers) unless topic_configs says otherwise; every topic gets
+    Replication: 1 against a single bootstrap server, else 3 unless given (the typed form:
+    `KafkaSettings.replication_factor`); min.insync.replicas: as given, else 2 with a replication
+    of 3 or more (with the producers' acks=all, an acknowledged record is on two brokers), unless
+    topic_configs says otherwise; every topic gets
     message.timestamp.type=LogAppendTime (the broker's clock) unless topic_configs says
     otherwise. Returns the names created; raises TopicError with one line on failure."""
     from kafka import KafkaAdminClient
@@ -133,7 +135,9 @@ def ensure_topics(
     # The broker stamps each record when it appends it: the store's rules judge a receive time
     # against that clock (core/validation.py), the same on every side and every replay.
     configs.setdefault("message.timestamp.type", "LogAppendTime")
-    if replication >= 3:
+    if min_insync_replicas is not None:
+        configs.setdefault("min.insync.replicas", str(min_insync_replicas))
+    elif replication >= 3:
         configs.setdefault("min.insync.replicas", "2")
     try:
         admin = KafkaAdminClient(bootstrap_servers=servers, client_id=client_id,

@@ -11,18 +11,41 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.config import Config
+from core.config import Config, ConfigError
 
 
 @dataclass(frozen=True)
 class KafkaSettings:
-    """Where Kafka is and how to talk to it."""
+    """Where Kafka is and how to talk to it; the replication of the topics the project creates
+    (`topic_replication`: 1 and 1 against one bootstrap server, else 3 and 2, unless set)."""
     bootstrap_servers: str
     client_options: Mapping[str, str] = field(default_factory=dict)
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
 
     @classmethod
     def from_config(cls, config: Config) -> KafkaSettings:
-        return cls(config.bootstrap_servers(), config.kafka_client_options())
+        servers = config.bootstrap_servers()
+        k = config["kafka"]
+        replication = topic_replication(servers, int(k["replication_factor"]), int(k["min_insync_replicas"]))
+        return cls(servers, config.kafka_client_options(), *replication)
+
+
+def topic_replication(servers: str, rf: int, isr: int) -> tuple[int, int]:
+    """The replication factor and min.insync.replicas of the topics the project creates from
+    [kafka] replication_factor and min_insync_replicas; 0 (the default) picks them from the
+    bootstrap servers: 1 and 1 for one (the embedded broker), 3 and 2 for several (a cluster:
+    with the writers' acks=all, an acknowledged record is on two brokers and one broker may be
+    lost)."""
+    several = len([s for s in servers.split(",") if s.strip()]) > 1
+    if rf < 0 or isr < 0:
+        raise ConfigError("kafka.replication_factor, kafka.min_insync_replicas: expected 0 (automatic) or more")
+    rf = rf or (3 if several else 1)
+    isr = isr or (2 if rf >= 3 else 1)
+    if isr > rf:
+        raise ConfigError(f"kafka.min_insync_replicas: {isr} exceeds kafka.replication_factor {rf} "
+                          "(no write with acks=all could succeed)")
+    return rf, isr
 
 
 @dataclass(frozen=True)

@@ -205,6 +205,9 @@ class EmbeddedKafka:
         num_partitions: int = 1,
         extra_config: Mapping[str, Any] | None = None,
         jvm_options: Sequence[str] = (),
+        node_id: int = NODE_ID,
+        quorum_voters: str | None = None,
+        cluster_id: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).resolve() if data_dir else DEFAULT_DATA_DIR
         self.host = host
@@ -216,6 +219,12 @@ class EmbeddedKafka:
         self.num_partitions = int(num_partitions)
         self.extra_config = dict(extra_config or {})
         self.jvm_options = list(jvm_options)  # e.g. -XX:TieredStopAtLevel=1 for a faster start
+        # One node of a cluster (tools/kafka_cluster.py): its id, every voter ("id@host:port,..."),
+        # and the cluster id all its nodes' storage is formatted with. Default: a single voter.
+        self.node_id = int(node_id)
+        self.quorum_voters = quorum_voters or f"{self.node_id}@{host}:{self.controller_port}"
+        self.cluster_id = cluster_id
+        self._began = 0.0
         self._proc: subprocess.Popen[bytes] | None = None
         self._atexit_registered = False
         self.startup_seconds: float | None = None
@@ -267,10 +276,10 @@ class EmbeddedKafka:
         """The broker configuration written to server.properties."""
         props: dict[str, Any] = {
             "process.roles": "broker,controller",
-            "node.id": NODE_ID,
-            # A static single-voter quorum: nothing about the listeners is baked into the
-            # formatted storage, so the ports may change between restarts.
-            "controller.quorum.voters": f"{NODE_ID}@{self.host}:{self.controller_port}",
+            "node.id": self.node_id,
+            # A static quorum (a single voter unless a cluster's): nothing about the listeners is
+            # baked into the formatted storage, so the ports may change between restarts.
+            "controller.quorum.voters": self.quorum_voters,
             "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -363,7 +372,7 @@ class EmbeddedKafka:
         if (self.log_dir / "meta.properties").exists():
             log.debug("storage in %s already formatted", self.log_dir)
             return
-        cluster_id = _new_cluster_id()
+        cluster_id = self.cluster_id or _new_cluster_id()
         cmd = self._java_cmd(java, log4j) + [
             "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(server),
         ]
@@ -379,11 +388,13 @@ class EmbeddedKafka:
                 + (out[-1] if out else "no output")
             )
 
-    def start(self) -> EmbeddedKafka:
-        """Start the broker and wait until it answers; raises EmbeddedKafkaError on failure."""
+    def start(self, wait: bool = True) -> EmbeddedKafka:
+        """Start the broker and wait until it answers; raises EmbeddedKafkaError on failure.
+        `wait=False`: return once the JVM runs (the nodes of a cluster answer only once a quorum
+        of them runs); then call `wait_ready`."""
         if self.is_running():
             return self
-        began = time.monotonic()
+        self._began = time.monotonic()
         java = _find_java()
         self._check_jars()
         self._check_ports()
@@ -407,17 +418,37 @@ class EmbeddedKafka:
         if not self._atexit_registered:
             atexit.register(self.stop)
             self._atexit_registered = True
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self) -> EmbeddedKafka:
+        """Wait until the started broker answers (stopping it on failure)."""
+        began = self._began
         try:
             self._wait_ready(began)
         except BaseException:
             self.stop()
             raise
+        assert self._proc is not None
         self.startup_seconds = time.monotonic() - began
         log.info(
             "Kafka ready on %s in %.1f s (pid %d)",
             self.bootstrap_servers, self.startup_seconds, self._proc.pid,
         )
         return self
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash: no clean shutdown) and wait until it is gone."""
+        proc = self._proc
+        if proc is None:
+            return
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        self._proc = None
+        if self._atexit_registered:
+            atexit.unregister(self.stop)
+            self._atexit_registered = False
 
     def _failure_details(self) -> str:
         parts = []

@@ -162,10 +162,11 @@ class LoadGenerator:
 
 
 def producer(bootstrap_servers: str, **overrides):
-    """A kafka-python producer tuned for throughput with delivery confirmation (acks=all)."""
+    """A kafka-python producer tuned for throughput with delivery confirmation (acks=all,
+    idempotent: like every writer of the pipeline)."""
     from kafka import KafkaProducer
 
-    opts = dict(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5,
+    opts = dict(bootstrap_servers=bootstrap_servers, acks="all", enable_idempotence=True, linger_ms=5,
                 batch_size=1 << 20, max_request_size=4 << 20)
     opts.update(overrides)
     return KafkaProducer(**opts)

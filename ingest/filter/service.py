@@ -80,11 +80,14 @@ class FilterMetrics:
         return 0.0 if v is None else v
 
 
-def _create_topics(bootstrap_servers: str, client_options: Mapping[str, str], topics: Mapping[str, int]) -> None:
-    """Create missing topics (the embedded broker does not auto-create); failures are logged:
+def _create_topics(bootstrap_servers: str, client_options: Mapping[str, str], topics: Mapping[str, int],
+                   replication: tuple[int, int] = (0, 0)) -> None:
+    """Create missing topics (the embedded broker does not auto-create) with `replication`
+    (replication factor, min.insync.replicas; 0: by the bootstrap servers); failures are logged:
     the service then waits for them to appear."""
     try:
-        ensure_topics(bootstrap_servers, topics, options=client_options, client_id="waku-bridge-admin")
+        ensure_topics(bootstrap_servers, topics, options=client_options, replication=replication[0] or None,
+                      min_insync_replicas=replication[1] or None, client_id="waku-bridge-admin")
     except TopicError as exc:
         log.warning("filter: cannot create topics %s: %s", ", ".join(topics), exc)
 
@@ -134,7 +137,8 @@ class FilterService:
         # dependency), which name abandon_on_cancel by its old name, cancellable.
         await trio.to_thread.run_sync(_create_topics, self.bootstrap_servers, self.client_options,  # type: ignore[call-arg]
                                       {s.subscriptions_topic: s.subscriptions_partitions,
-                                       self.push_topic: s.push_partitions}, abandon_on_cancel=True)
+                                       self.push_topic: s.push_partitions},
+                                      (s.replication_factor, s.min_insync_replicas), abandon_on_cancel=True)
         self.consumer = PushConsumer(self.bootstrap_servers, self.push_topic, self.client_options,
                                      self._deliver, trio.lowlevel.current_trio_token())
         self.consumer.start()

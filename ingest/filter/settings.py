@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from core.config import Config, ConfigError
+from core.settings import KafkaSettings
 from ingest.filter.state import FilterLimits
 
 
@@ -18,6 +19,10 @@ class FilterSettings:
     push_prefix: str = "waku.push."
     push_partitions: int = 2
     subscriptions_partitions: int = 4
+    # of the topics it creates (the push topic, the subscriptions topic): [kafka] replication_factor
+    # and min_insync_replicas (0: core.kafka.ensure_topics picks by the bootstrap servers)
+    replication_factor: int = 0
+    min_insync_replicas: int = 0
     unreachable_timeout_s: float = 60.0
     push_timeout_s: float = 5.0
     push_queue_per_peer: int = 1000
@@ -69,6 +74,7 @@ class FilterSettings:
             max_requests_per_peer_per_minute=f["max_requests_per_peer_per_minute"],
             ttl_s=f["subscription_ttl_s"],
         )
+        kafka = KafkaSettings.from_config(config)
         return cls(
             enabled=f["enabled"],
             legacy_v00=f["legacy_v00"],
@@ -77,6 +83,8 @@ class FilterSettings:
             push_prefix=config.get("topics.push_prefix"),
             push_partitions=config.get("topics.push_partitions"),
             subscriptions_partitions=config.get("topics.subscriptions_partitions"),
+            replication_factor=kafka.replication_factor,
+            min_insync_replicas=kafka.min_insync_replicas,
             unreachable_timeout_s=f["unreachable_timeout_s"],
             push_timeout_s=f["push_timeout_s"],
             push_queue_per_peer=f["push_queue_per_peer"],
