@@ -41,6 +41,7 @@ from typing import Any
 
 import trio
 from libp2p.network.stream.exceptions import StreamEOF
+from libp2p.utils import encode_delim
 
 from core.kafka import client_options as kafka_client_options
 from core.kafka import open_consumer
@@ -344,12 +345,23 @@ class PeerPusher:
                 raise ConnectionError("not connected")  # only over an existing connection
             with trio.fail_after(self.s.push_timeout_s):
                 t0 = time.perf_counter()
-                stream = await self.host.new_stream(self.peer_id, [item.codec])
+                # A peer that took pushes on streams of their own already speaks the codec: the
+                # proposal goes with the push (multistream-select's lazy form, as go-libp2p's
+                # dialers do), no round trip and no negotiation slot. A peer that refused it
+                # would reset the stream: sent again as any reset push.
+                lazy = self.closes_streams and not keep
+                if lazy:
+                    stream = await self.host.get_network().new_stream(self.peer_id)
+                    stream.set_protocol(item.codec)
+                    data = lazy_proposal(item.codec) + item.data
+                else:
+                    stream = await self.host.new_stream(self.peer_id, [item.codec])
+                    data = item.data
                 t1 = time.perf_counter()
                 stages["open"] += t1 - t0
                 stats.outcomes["streams"] += 1
                 try:
-                    await stream.write(item.data)
+                    await stream.write(data)
                     t2 = time.perf_counter()
                     stages["write"] += t2 - t1
                     if not keep:
@@ -430,6 +442,15 @@ class PeerPusher:
                 pass  # the loop is busy (or over): it looks at the retries first
 
 
+MULTISTREAM = b"/multistream/1.0.0"
+
+
+def lazy_proposal(codec: str) -> bytes:
+    """What a dialer writes before its first bytes when it does not wait for the answers
+    (the listener's echoes are read, and dropped, with the rest of the stream)."""
+    return encode_delim(MULTISTREAM) + encode_delim(codec.encode())
+
+
 async def _until_end(stream: Any) -> str:
     """Until the peer ends the stream: "eof" (it closed) or "reset" (reset, error). Yamux: by
     reading (a client sends nothing on a push stream). Mplex: by waiting for the stream's close
@@ -442,13 +463,15 @@ async def _until_end(stream: Any) -> str:
             for event in (remote_closed, reset):
                 nursery.start_soon(_wait_then_cancel, event, nursery.cancel_scope)
         return "reset" if reset.is_set() else "eof"
+    # A reset that arrives behind unread bytes (the listener's multistream echoes of a lazy
+    # proposal) reads as the end of the stream in py-libp2p's yamux: its flag says which it was.
     try:
         while True:
             data = await stream.read(4096)
             if not data:
-                return "eof"
+                return "reset" if getattr(muxed, "reset_received", False) else "eof"
     except StreamEOF:
-        return "eof"
+        return "reset" if getattr(muxed, "reset_received", False) else "eof"
     except Exception:  # noqa: BLE001 - reset, connection gone
         return "reset"
 

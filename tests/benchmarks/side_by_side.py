@@ -268,10 +268,10 @@ def _process_groups(root: int) -> dict[int, str]:
     return out
 
 
-def start_ours(tmp: Path) -> Side:
+def start_ours(tmp: Path, extra: list[str]) -> Side:
     kafka_port, metrics_port = free_port(), free_port()
     # As relay_flat_out and stack_cost start it; REST off as go-waku's node here.
-    overrides = stack_overrides(tmp, kafka_port, metrics_port, "sbs.messages") + ["rest.enabled=false"]
+    overrides = stack_overrides(tmp, kafka_port, metrics_port, "sbs.messages") + ["rest.enabled=false", *extra]
     run_log = tmp / "local_run.log"
     began = time.monotonic()
     local = start_local_run(overrides, run_log)
@@ -592,7 +592,7 @@ def phase_store(side: Side, clients: int, seconds: float, start_ns: int, end_ns:
 
 def run_side(name: str, args: argparse.Namespace, tmp: Path) -> dict:
     say(f"{name}: starting (load {load1():.1f})")
-    side = start_gowaku(tmp) if name == "gowaku" else start_ours(tmp)
+    side = start_gowaku(tmp) if name == "gowaku" else start_ours(tmp, args.overrides)
     out: dict = {"startup_s": round(side.startup_s, 1), **side.extra}
     loads = [load1()]
     first_ns = time.time_ns()
@@ -655,6 +655,8 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=None, help="seconds of the idle window (>= 30)")
     parser.add_argument("--warm", type=float, default=None, help="warm-up seconds of each paced run")
     parser.add_argument("--window", type=float, default=None, help="measured seconds of each paced run")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="extra local_run --set k=v for our stack")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directories (logs)")
     args = parser.parse_args()
     q = args.quick
@@ -672,7 +674,7 @@ def main() -> int:
         print(f"{GO_BIN} missing: bash tests/interop/go/build.sh", file=sys.stderr)
         return 2
     result: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "quick": q,
-                    "cores": os.cpu_count(), "clients": args.clients}
+                    "cores": os.cpu_count(), "clients": args.clients, "overrides": args.overrides}
     for name in [s.strip() for s in args.sides.split(",") if s.strip()]:
         tmp = Path(tempfile.mkdtemp(prefix=f"side-by-side-{name}-"))
         try:
