@@ -13,9 +13,10 @@ pass (the jobs' first batches, the JIT's first compiles: C2 takes ~0.2 core a JV
 - Idle: CPU of every process over `--idle-s` (60; 30 with --quick) with no traffic.
 - Trickle: the go-waku harness (`.cache/interop/wakuinterop relay-publish --rate R`, its own
   process, not counted) publishes R msg/s (`--trickle-rate`, 50) of 300-byte payloads over relay
-  into the bridge; CPU is measured over `--trickle-s` (60; 30 with --quick) from go-waku's
-  `ready` (it is in the bridge's mesh). `trickle_cpu_cores_above_idle` = trickle cores - idle
-  cores; `trickle_cpu_ms_per_msg` = (trickle - idle) CPU over the messages the bridge received.
+  into the bridge; CPU is measured over `--trickle-s` (60; 30 with --quick) after go-waku's
+  `ready` (it is in the bridge's mesh) and `--trickle-warm-s` of warm-up (30; 15 with --quick).
+  `trickle_cpu_cores_above_idle` = trickle cores - idle cores;
+  `trickle_cpu_ms_per_msg` = (trickle - idle) CPU over the messages the bridge received.
 - Freshness (`--freshness-rate R`, 0: off): go-waku publishes R msg/s for `--freshness-s`; a
   prober process follows the messages topic (librdkafka) and, for one record in
   `--probe-every` (200), asks the bridge's store service for it by hash (a store v3 query of every
@@ -314,6 +315,8 @@ def main() -> int:
     parser.add_argument("--idle-s", type=float)
     parser.add_argument("--trickle-rate", type=float, default=50.0, help="msg/s over relay (0: no trickle phase)")
     parser.add_argument("--trickle-s", type=float)
+    parser.add_argument("--trickle-warm-s", type=float,
+                        help="seconds of trickle before its window (warm-up, not counted; 30, quick 15)")
     parser.add_argument("--payload-bytes", type=int, default=300)
     parser.add_argument("--freshness-rate", type=float, default=0.0, help="msg/s over relay (0: no freshness phase)")
     parser.add_argument("--freshness-s", type=float, default=30.0)
@@ -362,8 +365,11 @@ def main() -> int:
             result["idle_top_threads"] = idle.top_threads
 
         if args.trickle_rate > 0:
-            go = go_publish(addr, args.trickle_rate, trickle_s + 3, args.payload_bytes, tmp / "go-trickle.log")
+            warm_s = args.trickle_warm_s if args.trickle_warm_s is not None else (15.0 if args.quick else 30.0)
+            go = go_publish(addr, args.trickle_rate, warm_s + trickle_s + 3, args.payload_bytes,
+                            tmp / "go-trickle.log")
             ready = wait_ready(go)
+            time.sleep(warm_s)  # the first batches with data compile their code paths: warm-up
             before = scrape(metrics_port)
             w = Window(groups, args.threads)
             w.start()
@@ -374,7 +380,7 @@ def main() -> int:
             report(f"trickle {args.trickle_rate:g} msg/s ({took:.0f} s, {received:.0f} received)", w)
             above = round(w.total - idle.total, 4)
             result.update({
-                "trickle_rate": args.trickle_rate, "trickle_ready": ready.get("event"),
+                "trickle_rate": args.trickle_rate, "trickle_ready": ready.get("event"), "trickle_warm_s": warm_s,
                 "trickle_received": received, "trickle_published": summary.get("published"),
                 "trickle_cpu_cores": w.total, "trickle_cpu_cores_above_idle": above,
                 "trickle_cpu_cores_by_process": w.cores,
