@@ -22,6 +22,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from core.message import check_message
 from core.records import ingest_key, ingest_value
 from core.threads import RECENT_FAILURE_S, SupervisedThread
+from ingest.discv5.service import Discv5Service
 from ingest.enr import FILTER, LIGHTPUSH, RELAY, STORE, EnrError, Record, WakuEnrFields, announce
 from ingest.enr import decode as decode_enr
 from ingest.filter.service import FilterService
@@ -115,6 +116,11 @@ class Bridge:
             r = decode_enr(raw)
             self.known_enrs[r.peer_id().to_base58()] = r
         self.peer_exchange: PeerExchangeService | None = None
+        # discv5 (settings.discv5): the service, the relay peers of our cluster and shards it found
+        # (peer id -> when we last dialled it) and those it verified alive (peer exchange hands them on).
+        self.discv5: Discv5Service | None = None
+        self.discovered: dict[str, float] = {}
+        self.discv5_live: set[str] = set()
         # Per thread, (its failure count, when that count was first seen): health_problems.
         self._thread_failures: dict[str, tuple[int, float]] = {}
 
@@ -193,7 +199,8 @@ class Bridge:
             self.addrs = list(host.get_addrs())
             for addr in self.addrs:
                 print(f"listening on {addr}", file=self.out, flush=True)
-            self._announce_enr()
+            udp_port = await self._open_discv5()
+            self._announce_enr(udp_port)
             log.info("bridge %s joined %s", self.bridge_id, ", ".join(self.settings.pubsub_topics))
             async with trio.open_nursery() as nursery:
                 # /vac/waku/metadata/1.0.0: before any peer is dialled, so every connection is checked.
@@ -213,6 +220,12 @@ class Bridge:
                         per_s=self.settings.peer_exchange_per_s, registry=self.metrics.registry)
                     self.peer_exchange.mount()
                 nursery.start_soon(self._keep_dialled)
+                if self.discv5 is not None:
+                    if self.enr is not None:
+                        nursery.start_soon(self.discv5.run)
+                        nursery.start_soon(self._dial_discovered)
+                    elif self.discv5.sock is not None:
+                        self.discv5.sock.close()
                 nursery.start_soon(self._update_gauges)
                 fs = self.settings.filter
                 if fs is not None:  # serves once its Kafka consumer is positioned (filter.ready)
@@ -231,7 +244,76 @@ class Bridge:
                 await self._stop.wait()
                 nursery.cancel_scope.cancel()
 
-    def _announce_enr(self) -> None:
+    async def _open_discv5(self) -> int | None:
+        """Bind discv5's UDP socket (settings.discv5); its port, for our ENR's udp field."""
+        d = self.settings.discv5
+        if d is None:
+            return self.settings.enr_udp_port
+        if not is_secp256k1(self.key_pair):
+            log.warning("discv5 off: the identity is not a secp256k1 key (docs/discovery.md)")
+            return self.settings.enr_udp_port
+        self.discv5 = Discv5Service(self.key_pair.private_key.to_bytes(), self._own_enr, d,
+                                    on_peer=self._on_discovered, registry=self.metrics.registry)
+        try:
+            port = await self.discv5.open()
+        except OSError as exc:
+            raise ListenError(str(exc)) from None
+        print(f"discv5 on udp {d.host}:{port}", file=self.out, flush=True)
+        return port
+
+    def _own_enr(self) -> Record:
+        assert self.enr is not None
+        return self.enr
+
+    def _on_discovered(self, record: Record) -> None:
+        """A node discv5 verified alive: kept (for peer exchange and dialling) when it is a relay
+        node of our cluster sharing one of our shards, with an address to dial."""
+        try:
+            if not record.capabilities() & RELAY or not record.addrs():
+                return
+            rs = record.relay_shards()
+            pid = record.peer_id().to_base58()
+        except (EnrError, ValueError):
+            return
+        ours = node_shards(self.settings)
+        if ours.cluster_id and (rs is None or rs[0] != ours.cluster_id or not set(rs[1]) & set(ours.shards)):
+            return
+        if pid == self.bridge_id:
+            return
+        known = self.known_enrs.get(pid)
+        if known is None or record.seq >= known.seq:
+            self.known_enrs[pid] = record
+        self.discv5_live.add(pid)
+        if pid not in self.discovered:
+            log.info("discv5: found relay peer %s", pid)
+            self.discovered[pid] = -1e9
+
+    async def _dial_discovered(self) -> None:
+        """Dial relay peers discv5 found while the bridge has fewer than discv5.target_peers relay
+        peers; a peer is dialled again at most once a minute."""
+        assert self.host is not None and self.settings.discv5 is not None
+        host, target = self.host, self.settings.discv5.target_peers
+        while True:
+            await trio.sleep(1.0)
+            relay_peers = len(self.pubsub.peers) if self.pubsub is not None else 0
+            for pid, last in list(self.discovered.items()):
+                if relay_peers >= target:
+                    break
+                record = self.known_enrs.get(pid)
+                if record is None or trio.current_time() - last < 60.0:
+                    continue
+                info = record.peer_info()
+                if host.get_network().connections.get(info.peer_id):
+                    continue
+                self.discovered[pid] = trio.current_time()
+                try:
+                    await dial(host, info, 10)
+                    relay_peers += 1
+                    log.info("discv5: dialled relay peer %s", pid)
+                except Exception as exc:  # noqa: BLE001 - any dial failure: logged, tried again later
+                    log.info("discv5: relay peer %s: dial failed (%s)", pid, _one_line(exc))
+
+    def _announce_enr(self, udp_port: int | None) -> None:
         """Build, sign and print our ENR (enr:...) from the advertised addresses, the services
         we run and our shards; the sequence number moves on when what it announces changed."""
         s = self.settings
@@ -243,7 +325,7 @@ class Bridge:
                 | (LIGHTPUSH if s.lightpush_enabled else 0))
         shards = node_shards(s)
         fields = WakuEnrFields(tuple(self.addrs), caps, shards.cluster_id, shards.shards if shards.cluster_id else (),
-                               s.enr_udp_port)
+                               udp_port)
         try:
             self.enr = announce(self.key_pair.private_key.to_bytes(), fields, enr_state_file(s.key_file))
         except EnrError as exc:  # e.g. no room in 300 bytes: the node runs, undiscoverable
@@ -253,10 +335,12 @@ class Bridge:
         log.info("ENR seq %d: %s", self.enr.seq, self.enr.text())
 
     def _px_candidates(self) -> list[Candidate]:
-        """The peers whose ENR we know, each with whether it is connected now."""
+        """The peers whose ENR we know, each with whether it is reachable: connected now, or
+        verified alive by discv5 (nwaku hands on the peers its discv5 found)."""
         assert self.host is not None
         connections = self.host.get_network().connections
-        return [Candidate(pid, r, bool(connections.get(r.peer_id()))) for pid, r in self.known_enrs.items()]
+        return [Candidate(pid, r, bool(connections.get(r.peer_id())) or pid in self.discv5_live)
+                for pid, r in self.known_enrs.items()]
 
     async def _store_pushed(self, accepted: Accepted) -> bool:
         """A lightpushed message into Kafka (source lightpush); True once acknowledged."""

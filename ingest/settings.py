@@ -11,6 +11,7 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from core.config import Config, ConfigError
 from core.kafka import unknown_to_kafka_python
 from core.topics import check_pubsub_topic, shard_topic, static_shard
+from ingest.discv5.settings import Discv5Settings
 from ingest.enr import EnrError, decode_text
 from ingest.filter.settings import FilterSettings
 from ingest.host import StreamLimits
@@ -64,6 +65,7 @@ class BridgeSettings:
     static_enrs: tuple[bytes, ...] = ()  # the records of static peers given as enr:...
     peer_exchange_enabled: bool = True
     peer_exchange_per_s: float = 5.0
+    discv5: Discv5Settings | None = None  # discv5 (bridge.discv5_port >= 0); None: off
 
     @classmethod
     def from_config(cls, config: Config) -> BridgeSettings:
@@ -103,6 +105,8 @@ class BridgeSettings:
             except IdentityError as exc:
                 raise ConfigError(f"bridge.nodekey: {exc}") from None
         _port("bridge.enr_udp_port", b["enr_udp_port"], allow_off=True)
+        _port("bridge.discv5_port", b["discv5_port"], allow_off=True)
+        discv5 = Discv5Settings.from_config(config) if b["discv5_port"] >= 0 else None
         for key in ("producer_max_outstanding", "max_rpc_bytes", "relay_max_messages_per_rpc",
                     "max_streams_per_peer", "max_streams_total"):
             if b[key] < 1:
@@ -167,6 +171,7 @@ class BridgeSettings:
             static_enrs=static_enrs,
             peer_exchange_enabled=b["peer_exchange_enabled"],
             peer_exchange_per_s=max(0.0, b["peer_exchange_per_s"]),
+            discv5=discv5,
         )
 
 

@@ -22,7 +22,10 @@ from Crypto.Cipher import AES
 from Crypto.Hash import SHA256
 from Crypto.Protocol.KDF import HKDF
 
-PROTOCOL_ID = b"discv5"
+PROTOCOL_ID = b"discv5"  # the spec's, and its test vectors'
+# Waku's discv5 network uses its own protocol-id (go-waku's discv5 package, nwaku's build with
+# -d:discv5_protocol_id=d5waku): the packets are otherwise the spec's.
+WAKU_PROTOCOL_ID = b"d5waku"
 VERSION = b"\x00\x01"
 MIN_PACKET = 63  # "implementations should reject packets smaller than this size"
 MAX_PACKET = 1280
@@ -65,11 +68,11 @@ def _ctr(key: bytes, iv: bytes) -> object:
     return AES.new(key, AES.MODE_CTR, nonce=b"", initial_value=iv)
 
 
-def encode_header(flag: int, nonce: bytes, authdata: bytes) -> bytes:
+def encode_header(flag: int, nonce: bytes, authdata: bytes, protocol_id: bytes = PROTOCOL_ID) -> bytes:
     """The unmasked header: static-header || authdata."""
-    if len(nonce) != NONCE_SIZE:
-        raise ValueError("nonce: expected 12 bytes")
-    return PROTOCOL_ID + VERSION + bytes([flag]) + nonce + struct.pack(">H", len(authdata)) + authdata
+    if len(nonce) != NONCE_SIZE or len(protocol_id) != 6:
+        raise ValueError("nonce: expected 12 bytes; protocol id: 6")
+    return protocol_id + VERSION + bytes([flag]) + nonce + struct.pack(">H", len(authdata)) + authdata
 
 
 def mask(dest_id: bytes, iv: bytes, header: bytes) -> bytes:
@@ -77,7 +80,7 @@ def mask(dest_id: bytes, iv: bytes, header: bytes) -> bytes:
     return iv + _ctr(dest_id[:16], iv).encrypt(header)  # type: ignore[attr-defined, no-any-return]
 
 
-def decode_header(own_id: bytes, packet: bytes) -> Header:
+def decode_header(own_id: bytes, packet: bytes, protocol_id: bytes = PROTOCOL_ID) -> Header:
     """Unmask a packet's header with our node id; PacketError when it is not discv5 for us."""
     if len(packet) < MIN_PACKET:
         raise PacketError(f"packet of {len(packet)} bytes, below {MIN_PACKET}")
@@ -86,7 +89,7 @@ def decode_header(own_id: bytes, packet: bytes) -> Header:
     iv = packet[:IV_SIZE]
     cipher = _ctr(own_id[:16], iv)
     static = cipher.decrypt(packet[IV_SIZE:IV_SIZE + STATIC_HEADER])  # type: ignore[attr-defined]
-    if static[:6] != PROTOCOL_ID or static[6:8] != VERSION:
+    if static[:6] != protocol_id or static[6:8] != VERSION:
         raise PacketError("not a discv5 packet for us (protocol id or version)")
     flag = static[8]
     if flag > FLAG_HANDSHAKE:
@@ -120,25 +123,28 @@ def decrypt_message(key: bytes, nonce: bytes, ciphertext: bytes, ad: bytes) -> b
         raise PacketError("message not authenticated (bad tag or key)") from None
 
 
-def message_packet(dest_id: bytes, src_id: bytes, iv: bytes, nonce: bytes, key: bytes, plaintext: bytes) -> bytes:
+def message_packet(dest_id: bytes, src_id: bytes, iv: bytes, nonce: bytes, key: bytes, plaintext: bytes,
+                   protocol_id: bytes = PROTOCOL_ID) -> bytes:
     """An ordinary message packet (flag 0)."""
-    header = encode_header(FLAG_MESSAGE, nonce, src_id)
+    header = encode_header(FLAG_MESSAGE, nonce, src_id, protocol_id)
     return mask(dest_id, iv, header) + encrypt_message(key, nonce, plaintext, iv + header)
 
 
-def random_message_packet(dest_id: bytes, src_id: bytes, iv: bytes, nonce: bytes, filler: bytes) -> bytes:
+def random_message_packet(dest_id: bytes, src_id: bytes, iv: bytes, nonce: bytes, filler: bytes,
+                          protocol_id: bytes = PROTOCOL_ID) -> bytes:
     """An ordinary packet whose message is random bytes: it starts a handshake (the recipient
     cannot decrypt it and answers WHOAREYOU)."""
-    return mask(dest_id, iv, encode_header(FLAG_MESSAGE, nonce, src_id)) + filler
+    return mask(dest_id, iv, encode_header(FLAG_MESSAGE, nonce, src_id, protocol_id)) + filler
 
 
 def whoareyou_authdata(id_nonce: bytes, enr_seq: int) -> bytes:
     return id_nonce + struct.pack(">Q", enr_seq)
 
 
-def whoareyou_packet(dest_id: bytes, iv: bytes, nonce: bytes, id_nonce: bytes, enr_seq: int) -> tuple[bytes, bytes]:
+def whoareyou_packet(dest_id: bytes, iv: bytes, nonce: bytes, id_nonce: bytes, enr_seq: int,
+                     protocol_id: bytes = PROTOCOL_ID) -> tuple[bytes, bytes]:
     """(the WHOAREYOU packet (63 bytes), its challenge-data = masking-iv || header)."""
-    header = encode_header(FLAG_WHOAREYOU, nonce, whoareyou_authdata(id_nonce, enr_seq))
+    header = encode_header(FLAG_WHOAREYOU, nonce, whoareyou_authdata(id_nonce, enr_seq), protocol_id)
     return mask(dest_id, iv, header), iv + header
 
 
@@ -175,8 +181,9 @@ def parse_handshake(h: Header) -> HandshakeAuth:
 
 
 def handshake_packet(dest_id: bytes, iv: bytes, nonce: bytes, key: bytes, plaintext: bytes, src_id: bytes,
-                     signature: bytes, eph_pubkey: bytes, record: bytes) -> bytes:
-    header = encode_header(FLAG_HANDSHAKE, nonce, handshake_authdata(src_id, signature, eph_pubkey, record))
+                     signature: bytes, eph_pubkey: bytes, record: bytes, protocol_id: bytes = PROTOCOL_ID) -> bytes:
+    header = encode_header(FLAG_HANDSHAKE, nonce, handshake_authdata(src_id, signature, eph_pubkey, record),
+                           protocol_id)
     return mask(dest_id, iv, header) + encrypt_message(key, nonce, plaintext, iv + header)
 
 

@@ -141,7 +141,9 @@ class Discv5:
     """
 
     def __init__(self, private_key: bytes, own: Callable[[], Record], table: Table, *,
-                 rand: Callable[[int], bytes] = os.urandom, whoareyou_per_s: float = 10.0) -> None:
+                 rand: Callable[[int], bytes] = os.urandom, whoareyou_per_s: float = 10.0,
+                 protocol_id: bytes = codec.WAKU_PROTOCOL_ID) -> None:
+        self.protocol_id = protocol_id
         self.private_key = private_key
         self.own = own
         self.table = table
@@ -166,7 +168,7 @@ class Discv5:
             n, packet = self._seal(s, dest_id, iv, plaintext)
         else:  # no session: random bytes the recipient cannot decrypt start the handshake
             n = nonce(0, self.rand)
-            packet = codec.random_message_packet(dest_id, self.node_id, iv, n, self.rand(20))
+            packet = codec.random_message_packet(dest_id, self.node_id, iv, n, self.rand(20), self.protocol_id)
         # Kept by nonce either way: a peer that lost our session answers WHOAREYOU to it.
         self._expire(now)
         self.pending[n] = Pending(dest_id, record.public_key, addr, plaintext, now)
@@ -177,7 +179,7 @@ class Discv5:
     def _seal(self, s: Session, dest_id: bytes, iv: bytes, plaintext: bytes) -> tuple[bytes, bytes]:
         s.counter += 1
         n = nonce(s.counter, self.rand)
-        return n, codec.message_packet(dest_id, self.node_id, iv, n, s.write_key, plaintext)
+        return n, codec.message_packet(dest_id, self.node_id, iv, n, s.write_key, plaintext, self.protocol_id)
 
     def _responses(self, s: Session, dest_id: bytes, addr: Addr,
                    messages: Sequence[Message]) -> list[tuple[bytes, Addr]]:
@@ -187,7 +189,7 @@ class Discv5:
 
     def receive(self, packet: bytes, addr: Addr, now: float) -> Outcome:
         try:
-            h = codec.decode_header(self.node_id, packet)
+            h = codec.decode_header(self.node_id, packet, self.protocol_id)
         except PacketError as exc:
             short = len(packet) < codec.MIN_PACKET or "past the end" in str(exc)
             return Outcome(dropped="oversized" if len(packet) > codec.MAX_PACKET else
@@ -224,7 +226,8 @@ class Discv5:
             return Outcome(node_id=src, dropped="challenge_outstanding")
         e = self.table.get(src)
         known = e.record if e is not None and e.addr == addr else None
-        out, data = codec.whoareyou_packet(src, self.rand(16), h.nonce, self.rand(16), known.seq if known else 0)
+        out, data = codec.whoareyou_packet(src, self.rand(16), h.nonce, self.rand(16), known.seq if known else 0,
+                                           self.protocol_id)
         self.challenges[(src, addr)] = Challenge(data, known, now)
         self.challenges.move_to_end((src, addr))
         while len(self.challenges) > MAX_CHALLENGES:
@@ -264,7 +267,7 @@ class Discv5:
         self.sessions[(p.dest_id, addr)] = s
         self._trim_sessions()
         out = codec.handshake_packet(p.dest_id, self.rand(16), nonce(s.counter, self.rand), init_key, p.plaintext,
-                                     self.node_id, sig, eph_pub, record)
+                                     self.node_id, sig, eph_pub, record, self.protocol_id)
         return Outcome(out=[(out, addr)], node_id=p.dest_id)
 
     def _on_handshake(self, h: codec.Header, packet: bytes, addr: Addr, now: float) -> Outcome:

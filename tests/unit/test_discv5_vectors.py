@@ -176,7 +176,9 @@ class Node:
         self.addr = ("127.0.0.1", port)
         self.record = decode(_record(key, port))
         self.table = Table(self.record.node_id())
-        self.d = Discv5(key, lambda: self.record, self.table, rand=lambda n: rng.randbytes(n))
+        # the spec's protocol id, so that its vectors apply (the bridge speaks Waku's d5waku)
+        self.d = Discv5(key, lambda: self.record, self.table, rand=lambda n: rng.randbytes(n),
+                        protocol_id=codec.PROTOCOL_ID)
 
 
 def _exchange(a: Node, b: Node, first: bytes, now: float = 0.0) -> list:
@@ -272,7 +274,8 @@ def test_whoareyou_rate_limited_per_ip(pair):
     for i in range(50):  # from many node ids on one IP: at most the burst (2 s of the rate) at once
         key = (i + 1).to_bytes(32, "big")
         fake = decode(_record(key, 31000 + i))
-        pkt = Discv5(key, lambda fake=fake: fake, Table(fake.node_id())).request(b.record, b.addr, Ping(b"\x01", 1), 0)
+        pkt = Discv5(key, lambda fake=fake: fake, Table(fake.node_id()), protocol_id=codec.PROTOCOL_ID).request(
+            b.record, b.addr, Ping(b"\x01", 1), 0)
         sent += len(b.d.receive(pkt, ("10.0.0.1", 31000 + i), 0.0).out)
     assert sent == 10
     pkt = a.d.request(b.record, b.addr, Ping(b"\x01", 1), 0)
@@ -297,3 +300,14 @@ def test_findnode_answer_splits_and_filters(pair):
     assert answer(FindNode(b"\x01", (300,)), a.addr, own, b.table) == [Nodes(b"\x01", 1, ())]
     # loopback records are not relayed to an internet requester
     assert not relayable("8.8.8.8", own) and relayable("127.0.0.1", own)
+
+
+def test_waku_protocol_id_is_another_network(pair):
+    """Waku's discv5 (go-waku, nwaku) masks "d5waku" where the spec has "discv5": each side drops
+    the other's packets unanswered."""
+    a, b = pair
+    waku = Discv5(NODE_A_KEY, lambda: a.record, Table(a.record.node_id()))
+    assert waku.protocol_id == codec.WAKU_PROTOCOL_ID == b"d5waku"
+    pkt = waku.request(b.record, b.addr, Ping(b"\x01", 1), 0.0)
+    assert b.d.receive(pkt, a.addr, 0.0).dropped == "not_discv5"
+    assert waku.receive(PING_PACKET, b.addr, 0.0).dropped == "not_discv5"

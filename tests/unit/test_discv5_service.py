@@ -1,0 +1,63 @@
+"""discv5 over real UDP sockets on localhost (ingest/discv5/service.py): a node bootstrapped
+from one other finds a third through it (PING, FINDNODE, handshakes both ways), hears of nodes
+that contact it, and every verified node is reported once it answers."""
+from __future__ import annotations
+
+import random
+
+import trio
+from multiaddr import Multiaddr
+
+from ingest.discv5.service import Discv5Service
+from ingest.discv5.settings import Discv5Settings
+from ingest.enr import RELAY, WakuEnrFields, build, decode
+
+
+def _node(i: int, bootstrap: tuple[bytes, ...], found: list, seed: int) -> Discv5Service:
+    key = (0x1000 + i).to_bytes(32, "big")
+    holder: dict = {}
+    settings = Discv5Settings("127.0.0.1", 0, bootstrap, target_peers=4, lookup_interval_s=0.2,
+                              whoareyou_per_s=100.0, request_timeout_s=2.0)
+    svc = Discv5Service(key, lambda: holder["r"], settings, on_peer=found.append, rng=random.Random(seed + i))
+    svc._key = key  # type: ignore[attr-defined]
+    svc._holder = holder  # type: ignore[attr-defined]
+    return svc
+
+
+async def _start(svc: Discv5Service, nursery: trio.Nursery) -> bytes:
+    port = await svc.open()
+    fields = WakuEnrFields((Multiaddr("/ip4/127.0.0.1/tcp/60001"),), RELAY, 1, (0,), port)
+    svc._holder["r"] = decode(build(svc._key, 1, fields))  # type: ignore[attr-defined]
+    nursery.start_soon(svc.run)
+    return svc._holder["r"].raw  # type: ignore[attr-defined]
+
+
+def test_three_nodes_find_each_other():
+    seed = random.randrange(2 ** 32)
+    print("seed", seed)
+
+    async def main() -> None:
+        found_a: list = []
+        found_b: list = []
+        found_c: list = []
+        async with trio.open_nursery() as n:
+            b = _node(2, (), found_b, seed)
+            rb = await _start(b, n)
+            c = _node(3, (rb,), found_c, seed)
+            rc = await _start(c, n)
+            # C bootstraps from B: B hears of C in the handshake and verifies it with a PING.
+            with trio.fail_after(30):
+                while decode(rc).node_id() not in {r.node_id() for r in found_b}:
+                    await trio.sleep(0.05)
+            a = _node(1, (rb,), found_a, seed)
+            await _start(a, n)
+            # A knows only B; its lookups ask B (FINDNODE) and find C.
+            with trio.fail_after(30):
+                while decode(rc).node_id() not in {r.node_id() for r in found_a}:
+                    await trio.sleep(0.05)
+            assert decode(rb).node_id() in {r.node_id() for r in found_a}
+            assert b.metrics.requests.labels("FINDNODE")._value.get() >= 1
+            assert b.metrics.requests.labels("PING")._value.get() >= 1
+            n.cancel_scope.cancel()
+
+    trio.run(main)
