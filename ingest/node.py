@@ -116,11 +116,10 @@ class Bridge:
             r = decode_enr(raw)
             self.known_enrs[r.peer_id().to_base58()] = r
         self.peer_exchange: PeerExchangeService | None = None
-        # discv5 (settings.discv5): the service, the relay peers of our cluster and shards it found
-        # (peer id -> when we last dialled it) and those it verified alive (peer exchange hands them on).
+        # discv5 (settings.discv5): the service, and the relay peers of our cluster and shards it
+        # found (peer id -> when we last dialled it); their records join known_enrs.
         self.discv5: Discv5Service | None = None
         self.discovered: dict[str, float] = {}
-        self.discv5_live: set[str] = set()
         # Per thread, (its failure count, when that count was first seen): health_problems.
         self._thread_failures: dict[str, tuple[int, float]] = {}
 
@@ -283,7 +282,6 @@ class Bridge:
         known = self.known_enrs.get(pid)
         if known is None or record.seq >= known.seq:
             self.known_enrs[pid] = record
-        self.discv5_live.add(pid)
         if pid not in self.discovered:
             log.info("discv5: found relay peer %s", pid)
             self.discovered[pid] = -1e9
@@ -339,7 +337,9 @@ class Bridge:
         verified alive by discv5 (nwaku hands on the peers its discv5 found)."""
         assert self.host is not None
         connections = self.host.get_network().connections
-        return [Candidate(pid, r, bool(connections.get(r.peer_id())) or pid in self.discv5_live)
+        alive = ({e.node_id for e in self.discv5.table.entries() if e.verified} if self.discv5 is not None
+                 else set())
+        return [Candidate(pid, r, bool(connections.get(r.peer_id())) or r.node_id() in alive)
                 for pid, r in self.known_enrs.items()]
 
     async def _store_pushed(self, accepted: Accepted) -> bool:

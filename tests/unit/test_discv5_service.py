@@ -61,3 +61,23 @@ def test_three_nodes_find_each_other():
             n.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_settings_off_by_default_and_checked(tmp_path):
+    import pytest
+
+    from core.config import ConfigError, load_config
+    from ingest.settings import BridgeSettings
+
+    base = [f"bridge.key_file={tmp_path / 'k'}"]
+    assert BridgeSettings.from_config(load_config(base, environ={})).discv5 is None
+    key = (0x2000).to_bytes(32, "big")
+    enr = decode(build(key, 1, WakuEnrFields((Multiaddr("/ip4/127.0.0.1/tcp/60001"),), RELAY, 1, (0,), 9000)))
+    s = BridgeSettings.from_config(load_config(
+        [*base, "bridge.discv5_port=0", f"bridge.discv5_bootstrap={enr.text()}"], environ={})).discv5
+    assert s is not None and s.port == 0 and s.bootstrap == (enr.raw,) and s.target_peers == 8
+    with pytest.raises(ConfigError, match="discv5_bootstrap"):
+        BridgeSettings.from_config(load_config([*base, "bridge.discv5_port=9000", "bridge.discv5_bootstrap=enr:xx"],
+                                               environ={}))
+    with pytest.raises(ConfigError, match="discv5_port"):
+        BridgeSettings.from_config(load_config([*base, "bridge.discv5_port=70000"], environ={}))
