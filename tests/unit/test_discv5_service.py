@@ -81,3 +81,30 @@ def test_settings_off_by_default_and_checked(tmp_path):
                                                environ={}))
     with pytest.raises(ConfigError, match="discv5_port"):
         BridgeSettings.from_config(load_config([*base, "bridge.discv5_port=70000"], environ={}))
+
+
+def test_hostile_datagrams_counted_and_unanswered():
+    """Over the socket: foreign, truncated and oversized datagrams are counted by reason and get
+    no answer."""
+    async def main() -> None:
+        found: list = []
+        async with trio.open_nursery() as n:
+            svc = _node(4, (), found, 7)
+            await _start(svc, n)
+            client = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+            await client.bind(("127.0.0.1", 0))
+            for data in (b"\x00" * 40, bytes(range(200)), b"\x01" * 1400):
+                await client.sendto(data, ("127.0.0.1", svc.port))
+            with trio.fail_after(10):
+                while svc.metrics.received._value.get() < 3:
+                    await trio.sleep(0.02)
+            with trio.move_on_after(0.3) as quiet:
+                await client.recvfrom(2048)
+            assert quiet.cancelled_caught  # nothing came back
+            assert {r: svc.metrics.dropped.labels(r)._value.get() for r in ("truncated", "not_discv5", "oversized")} \
+                == {"truncated": 1, "not_discv5": 1, "oversized": 1}
+            assert svc.metrics.sent._value.get() == 0
+            client.close()
+            n.cancel_scope.cancel()
+
+    trio.run(main)
