@@ -557,12 +557,7 @@ public final class CriteriaIndex {
   /** Snapshot lines: base64(peer) \t base64(bridge) \t base64(pubsub) \t base64(content) \t
    *  base64(protocol) \t base64(request id) \t last_refresh. */
   private synchronized void loadSnapshot() throws IOException {
-    Configuration conf;
-    try {
-      conf = org.apache.spark.deploy.SparkHadoopUtil.get().conf();
-    } catch (RuntimeException e) {
-      conf = new Configuration();
-    }
+    Configuration conf = hadoopConf();
     Path dir = new Path(snapshot);
     FileSystem fs = dir.getFileSystem(conf);
     if (!fs.exists(dir)) {
@@ -599,6 +594,22 @@ public final class CriteriaIndex {
     snapshotRows = rows;
   }
 
+  /** The Hadoop configuration of this JVM's Spark: its `spark.hadoop.*` settings (an s3a://
+   *  store's endpoint and keys) come from the SparkEnv's conf, which an executor receives from
+   *  the driver (SparkHadoopUtil's own conf holds only this JVM's system properties); outside
+   *  Spark, Hadoop's defaults. */
+  static Configuration hadoopConf() {
+    try {
+      org.apache.spark.SparkEnv env = org.apache.spark.SparkEnv.get();
+      if (env != null) {
+        return org.apache.spark.deploy.SparkHadoopUtil.get().newConfiguration(env.conf());
+      }
+      return org.apache.spark.deploy.SparkHadoopUtil.get().conf();
+    } catch (RuntimeException | NoClassDefFoundError e) {
+      return new Configuration();
+    }
+  }
+
   private static String text(Base64.Decoder b64, String field, HashMap<String, String> intern) {
     String s = new String(b64.decode(field), StandardCharsets.UTF_8);
     return intern == null ? s : intern.computeIfAbsent(s, k -> k);
@@ -611,12 +622,7 @@ public final class CriteriaIndex {
    *  batch's sink writes precede its commit marker, so everything before these offsets is in the
    *  sink's table. */
   public static String committedOffsets(String checkpoint, String topic) throws IOException {
-    Configuration conf;
-    try {
-      conf = org.apache.spark.deploy.SparkHadoopUtil.get().conf();
-    } catch (RuntimeException e) {
-      conf = new Configuration();
-    }
+    Configuration conf = hadoopConf();
     Path commits = new Path(checkpoint, "commits");
     FileSystem fs = commits.getFileSystem(conf);
     if (!fs.exists(commits)) {
