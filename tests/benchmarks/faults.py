@@ -516,10 +516,21 @@ def delta_rows(path: Path, columns: list[str]) -> list[dict] | None:
         return None
 
 
-def wait_until(what: str, check: Callable[[], bool], timeout: float, run: Run) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def wait_until(what: str, check: Callable[[], bool], timeout: float, run: Run,
+               progress: Callable[[], object] | None = None, cap: float = 1800.0) -> bool:
+    """Until `check()`; gives up after `timeout` s, or, with `progress`, after `timeout` s in
+    which its value did not change (at most `cap` s in all): a busy machine is waited for."""
+    now = time.monotonic()
+    deadline, hard, seen = now + timeout, now + cap, None
+    while time.monotonic() < min(deadline, hard):
         run.supervise()
+        if progress is not None:
+            try:
+                value = progress()
+            except Exception:  # noqa: BLE001 - e.g. a file being replaced: no progress seen
+                value = seen
+            if value != seen:
+                seen, deadline = value, time.monotonic() + timeout
         try:
             if check():
                 return True
@@ -698,7 +709,17 @@ def main() -> int:
             have = {r["message_hash"].hex() for r in stored_rows}
             return accepted <= have
 
-        wait_until("the store job to store every accepted message", caught_up, 180, run)
+        store_checkpoint = tmp / "checkpoints" / "store"
+
+        def store_progress() -> tuple[int, int, int]:
+            # A restarted job on a loaded machine may take minutes to start: its log grows, then
+            # it plans (offsets/) and commits (commits/) batches.
+            log_file = tmp / "logs" / "store.log"
+            return (len(list((store_checkpoint / "offsets").glob("[0-9]*"))),
+                    len(list((store_checkpoint / "commits").glob("[0-9]*"))),
+                    log_file.stat().st_size if log_file.exists() else 0)
+
+        wait_until("the store job to store every accepted message", caught_up, 180, run, progress=store_progress)
         hashes = [r["message_hash"].hex() for r in stored_rows]
         stored = accepted & set(hashes)
         # The subscriptions table against the subscribers' own record of A's answers (the
