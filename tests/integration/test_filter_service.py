@@ -88,12 +88,30 @@ class Net:
             self._thread.join(60)
 
 
-def wait_until(predicate, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
+def wait_until(predicate, timeout: float = 60.0, what: str = "condition", progress=None,
+               cap: float = 900.0) -> None:
+    """Until `predicate()`; fails after `timeout` s, or, with `progress` (a callable), after
+    `timeout` s in which its value did not change, at most `cap` s in all (a busy machine)."""
+    now = time.monotonic()
+    deadline, hard, seen = now + timeout, now + cap, None
     while not predicate():
-        if time.monotonic() > deadline:
+        if progress is not None:
+            value = progress()
+            if value != seen:
+                seen, deadline = value, time.monotonic() + timeout
+        if time.monotonic() > min(deadline, hard):
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+def streaming_progress(spark) -> tuple:
+    """What the session's streaming queries have done so far (changes with every batch planned
+    or committed): a progress value for `wait_until`."""
+    out = []
+    for q in spark.streams.active:
+        last = q.lastProgress
+        out.append((q.name, last["batchId"] if last else None, q.status["message"]))
+    return tuple(sorted(out, key=str))
 
 
 @pytest.fixture(scope="module")

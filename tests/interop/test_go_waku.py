@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from schemas import pipeline_records_pb2 as pr
-from tests.integration.test_filter_service import wait_until
+from tests.integration.test_filter_service import streaming_progress, wait_until
 from tests.interop.conftest import CLUSTER, PUBSUB_TOPIC, Interop, go_client
 
 pytestmark = pytest.mark.integration
@@ -80,7 +80,8 @@ def test_go_filter_codes_and_pushes_at_5_15_30_per_s(interop: Interop):
     client.wait_event("ready")
     subs = interop.cfg.path("warehouse.root") + "/subscriptions"
     wait_until(lambda: interop.spark.read.format("delta").load(subs)
-               .where(f"content_topic = '{ct}'").count() == 1, 60, "go-waku's subscription in Delta")
+               .where(f"content_topic = '{ct}'").count() == 1, 120, "go-waku's subscription in Delta",
+               progress=lambda: streaming_progress(interop.spark))
     sent = []
     for rate, n in ((5, 10), (15, 30), (30, 60)):
         sent += interop.publish(n, f"go{rate}", rate=rate, content_topic=ct)

@@ -21,7 +21,7 @@ from core.message import hash_of
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
 from tests.benchmarks.stats import INF, latency_summary
-from tests.integration.test_filter_service import wait_until
+from tests.integration.test_filter_service import streaming_progress, wait_until
 from tests.interop.conftest import CLUSTER, PUBSUB_TOPIC, SHARDS, ClientRun, Interop, js_client
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,8 @@ def subscribe_js(env: Interop, content_topic: str, seconds: float = 300) -> Clie
     client.wait_event("ready")
     subs = env.cfg.path("warehouse.root") + "/subscriptions"
     wait_until(lambda: env.spark.read.format("delta").load(subs)
-               .where(f"content_topic = '{content_topic}'").count() == 1, 180, "the js subscription in Delta")
+               .where(f"content_topic = '{content_topic}'").count() == 1, 180, "the js subscription in Delta",
+               progress=lambda: streaming_progress(env.spark))
     return client
 
 

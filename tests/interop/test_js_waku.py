@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from schemas import pipeline_records_pb2 as pr
-from tests.integration.test_filter_service import wait_until
+from tests.integration.test_filter_service import streaming_progress, wait_until
 from tests.interop.conftest import CLUSTER, PUBSUB_TOPIC, SHARDS, Interop, js_client
 
 pytestmark = pytest.mark.integration
@@ -49,7 +49,7 @@ def test_js_filter_receives_what_others_relay(interop: Interop):
     subs = interop.cfg.path("warehouse.root") + "/subscriptions"
     wait_until(lambda: interop.spark.read.format("delta").load(subs)
                .where(f"peer_id = '{peer}' AND content_topic = '{ct}'").count() == 1,
-               60, "the js subscription in Delta")
+               120, "the js subscription in Delta", progress=lambda: streaming_progress(interop.spark))
     sent = interop.publish(20, "jsf", rate=5, content_topic=ct)
     wait_until(lambda: len(client.of("push")) >= 20, 60, "20 pushes at js-waku")
     summary = client.finish()
