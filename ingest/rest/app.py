@@ -159,7 +159,9 @@ class Api:
                    "Lightpush": node.lightpush is not None, "Legacy Lightpush": node.lightpush is not None,
                    "Filter": node.filter is not None}
         d_low = int(getattr(router, "degree_low", 4)) if router is not None else 4
-        return JSONResponse(codec.health_report(peers, d_low, mounted, node.health_problems()))
+        # The filter service serves once Kafka acknowledged its restart record.
+        starting = ["Filter"] if node.filter is not None and not node.filter.ready.is_set() else []
+        return JSONResponse(codec.health_report(peers, d_low, mounted, node.health_problems(), starting))
 
     async def info(self, request: Request) -> Response:
         enr = getattr(self.node, "enr", None)  # the bridge's ENR (None with an Ed25519 identity)

@@ -9,7 +9,7 @@ import binascii
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, unquote_plus
@@ -280,15 +280,18 @@ class ProtocolHealth:
 
 
 def health_report(relay_peers: int, relay_d_low: int, mounted: Mapping[str, bool],
-                  problems: Sequence[str]) -> dict[str, Any]:
+                  problems: Sequence[str], starting: Collection[str] = ()) -> dict[str, Any]:
     """nwaku's HealthReport: nodeHealth READY, or NOT_READY while the bridge has problems (a
     background thread down or failing: Bridge.health_problems, listed under "Bridge");
     connectionStatus from the relay peers (Connected at gossipsub's D_low, PartiallyConnected
-    with fewer, else Disconnected); protocolsHealth one entry per protocol."""
+    with fewer, else Disconnected); protocolsHealth one entry per protocol (`starting`: mounted,
+    not serving yet: NOT_READY)."""
     protocols: list[ProtocolHealth] = []
     for name, on in mounted.items():
         if not on:
             protocols.append(ProtocolHealth(name, "NOT_MOUNTED"))
+        elif name in starting:
+            protocols.append(ProtocolHealth(name, "NOT_READY", "Starting"))
         elif name == "Relay" and relay_peers == 0:
             protocols.append(ProtocolHealth(name, "NOT_READY", "No connected peers"))
         else:

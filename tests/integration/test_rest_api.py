@@ -85,6 +85,8 @@ def nodes(kafka, tmp_path_factory) -> Iterator[tuple[Node, Node]]:
                           "filter.enabled=true", f"topics.subscriptions={subscriptions}")
     b = None
     try:
+        # A's filter service serves once Kafka acknowledged its restart record.
+        wait_for("A's filter service", lambda: {"Filter": "READY"} in a.get("/health").json()["protocolsHealth"])
         # B: A is its relay peer and its filter service node (the /filter/v2 routes).
         b = start_rest_bridge(kafka, tmp, "b", f"bridge.static_peers={a.proc.tcp_addr}",
                               f"rest.filter_peer={a.proc.tcp_addr}")

@@ -108,6 +108,8 @@ def test_health_report():
     assert bad["protocolsHealth"] == [{"Relay": "NOT_READY", "desc": "No connected peers"},
                                       {"Bridge": "NOT_READY", "desc": "thread store-tail is not running"}]
     assert codec.health_report(4, 4, {}, [])["connectionStatus"] == "Connected"
+    starting = codec.health_report(4, 4, {"Filter": True}, [], starting=["Filter"])
+    assert starting["protocolsHealth"] == [{"Filter": "NOT_READY", "desc": "Starting"}]
 
 
 def test_cache_keeps_subscribed_topics_and_capacity():
