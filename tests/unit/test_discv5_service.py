@@ -108,3 +108,29 @@ def test_hostile_datagrams_counted_and_unanswered():
             n.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_bridge_keeps_relay_peers_of_its_cluster_and_shards(tmp_path):
+    """What the bridge keeps of the nodes discv5 verified (to dial and to hand on in peer exchange):
+    relay nodes of its cluster sharing a shard, with an address."""
+    from core.config import load_config
+    from ingest.enr import STORE
+    from ingest.identity import key_from_hex
+    from ingest.node import Bridge
+    from ingest.settings import BridgeSettings
+
+    cfg = load_config([f"bridge.key_file={tmp_path / 'k'}", "bridge.cluster_id=1", "bridge.pubsub_topics=",
+                       "bridge.all_shards=true", "bridge.discv5_port=0"], environ={})
+    bridge = Bridge(BridgeSettings.from_config(cfg), key_pair=key_from_hex("11" * 32))
+
+    def rec(i: int, caps: int, cluster: int, shards: tuple[int, ...]) -> object:
+        key = (0x3000 + i).to_bytes(32, "big")
+        return decode(build(key, 1, WakuEnrFields((Multiaddr("/ip4/127.0.0.1/tcp/60001"),), caps, cluster, shards,
+                                                  9000)))
+
+    good, other_cluster = rec(1, RELAY, 1, (0,)), rec(2, RELAY, 2, (0,))
+    no_relay, other_shard = rec(3, STORE, 1, (0,)), rec(4, RELAY, 1, (9,))
+    for r in (good, other_cluster, no_relay, other_shard):
+        bridge._on_discovered(r)  # type: ignore[arg-type]
+    assert set(bridge.discovered) == {good.peer_id().to_base58()}  # type: ignore[attr-defined]
+    assert set(bridge.known_enrs) == {good.peer_id().to_base58()}  # type: ignore[attr-defined]
