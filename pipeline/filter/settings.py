@@ -24,7 +24,7 @@ class SubscriptionsJobSettings:
     metrics: JobMetricsSettings | None = None  # [job_metrics]
     # Batch cadence that follows the load: a trigger finding fewer new events waits for more, at
     # most max_trigger_delay_s after the last batch (0: a batch at every trigger with events).
-    min_events_per_trigger: int = 0
+    min_events_per_trigger: int = 1000
     max_trigger_delay_s: float = 30.0
 
     @classmethod

@@ -30,7 +30,7 @@ class StoreJobSettings:
     log_checkpoint_interval: int = 100
     # Batch cadence that follows the load: a trigger finding fewer new records waits for more,
     # at most max_trigger_delay_s after the last batch (0: a batch at every trigger with records).
-    min_offsets_per_trigger: int = 0
+    min_offsets_per_trigger: int = 2000
     max_trigger_delay_s: float = 10.0
 
     @property

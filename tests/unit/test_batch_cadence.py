@@ -42,11 +42,11 @@ def _options(**kw: Any) -> dict[str, str]:
     return read_topic_stream(_Reader(), s.kafka, s.topic, **kw)  # type: ignore[arg-type, return-value]
 
 
-def test_store_cadence_off_by_default_and_set_by_configuration():
+def test_store_cadence_on_by_default_and_set_by_configuration():
     s = StoreJobSettings.from_config(load_config(environ={}))
-    assert (s.min_offsets_per_trigger, s.max_trigger_delay_s) == (0, 10.0)  # docs/decisions.md: off for now
-    on = StoreJobSettings.from_config(load_config(["store.min_offsets_per_trigger=2000"], environ={}))
-    assert on.min_offsets_per_trigger == 2000
+    assert (s.min_offsets_per_trigger, s.max_trigger_delay_s) == (2000, 10.0)  # docs/decisions.md
+    off = StoreJobSettings.from_config(load_config(["store.min_offsets_per_trigger=0"], environ={}))
+    assert off.min_offsets_per_trigger == 0
 
 
 @pytest.mark.parametrize("item", ["store.min_offsets_per_trigger=-1", "store.max_trigger_delay_s=0"])
@@ -64,10 +64,10 @@ def test_source_options():
 
 def test_subscriptions_cadence_and_expiry_grace():
     s = SubscriptionsJobSettings.from_config(load_config(environ={}))
-    assert (s.min_events_per_trigger, s.max_trigger_delay_s) == (0, 30.0)  # off by default
-    s = SubscriptionsJobSettings.from_config(load_config(["filter.subscriptions_min_events_per_trigger=1000"],
+    assert (s.min_events_per_trigger, s.max_trigger_delay_s) == (1000, 30.0)  # on by default
+    s = SubscriptionsJobSettings.from_config(load_config(["filter.subscriptions_min_events_per_trigger=0"],
                                                          environ={}))
-    assert (s.min_events_per_trigger, s.max_trigger_delay_s) == (1000, 30.0)
+    assert (s.min_events_per_trigger, s.max_trigger_delay_s) == (0, 30.0)
     # criteria read from Delta by matching: every event goes in at once
     d = SubscriptionsJobSettings.from_config(load_config(["filter.criteria=delta",
                                                           "filter.subscriptions_min_events_per_trigger=1000"],
