@@ -302,9 +302,12 @@ class DeltaWatcher(threading.Thread):
     """Follows the Delta log of `messages`. For each version: its commit time (the log entry's
     mtime), and per added file the rows' hash prefixes (first 8 bytes) and Kafka append times."""
 
-    def __init__(self, path: Path, interval_s: float = 0.05) -> None:
+    def __init__(self, path: str, interval_s: float = 0.05, fs=None) -> None:
+        from pyarrow import fs as pafs
+
         super().__init__(daemon=True)
-        self.path, self.interval_s = path, interval_s
+        # `fs`: Arrow's file system of the table (its S3 one for --warehouse s3; `path` bucket/key)
+        self.path, self.interval_s, self.fs = path, interval_s, fs or pafs.LocalFileSystem()
         self.commits: list[tuple[int, float, int]] = []  # (version, commit time, rows added)
         self.prefixes: list = []  # numpy uint64 arrays
         self.latencies: list = []  # numpy float arrays (commit time - kafka append time, s)
@@ -317,27 +320,31 @@ class DeltaWatcher(threading.Thread):
                 time.sleep(self.interval_s)
 
     def step(self) -> bool:
-        entry = self.path / "_delta_log" / f"{self.version:020d}.json"
-        if not entry.exists():
+        from pyarrow import fs as pafs
+
+        entry = f"{self.path}/_delta_log/{self.version:020d}.json"
+        info = self.fs.get_file_info(entry)
+        if info.type == pafs.FileType.NotFound:
             return False
-        committed = entry.stat().st_mtime
-        added = [json.loads(line)["add"]["path"] for line in entry.read_text().splitlines()
-                 if line.startswith('{"add"')]
+        committed = info.mtime.timestamp()
+        with self.fs.open_input_stream(entry) as f:
+            text = f.read().decode()
+        added = [json.loads(line)["add"]["path"] for line in text.splitlines() if line.startswith('{"add"')]
         rows = 0
-        for f in added:
-            rows += self._read(self.path / f, committed)
+        for name in added:
+            rows += self._read(f"{self.path}/{name}", committed)
         self.commits.append((self.version, committed, rows))
         self.version += 1
         return True
 
-    def _read(self, file: Path, committed: float) -> int:
+    def _read(self, file: str, committed: float) -> int:
         from urllib.parse import unquote
 
         import numpy as np
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        t = pq.read_table(Path(unquote(str(file))), columns=["message_hash", "kafka_timestamp"])
+        t = pq.read_table(unquote(file), columns=["message_hash", "kafka_timestamp"], filesystem=self.fs)
         if t.num_rows == 0:
             return 0
         hashes = t.column("message_hash").combine_chunks().cast(pa.binary())
@@ -620,6 +627,9 @@ def main() -> int:
                         help="run the store job (spark-submit and its JVM) at niceness N: on a shared host the "
                              "batch job yields the cores to the serving bridge first")
     parser.add_argument("--keep", default=None, help="run in this directory and keep it")
+    parser.add_argument("--warehouse", choices=["local", "s3"], default="local",
+                        help="s3: tables and checkpoints on a SeaweedFS S3 gateway started for the run "
+                             "(tools/object_store.py; commit times are its objects' Last-Modified, whole seconds)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="instead: profile the store job's batches over N seeded records, in-process")
     parser.add_argument("--profile-budget", type=float, default=170.0,
@@ -674,11 +684,18 @@ def main() -> int:
                            extra_config={"log.retention.bytes": -1})
     broker.start()
     bootstrap = broker.bootstrap_servers
+    s3 = None
+    if args.warehouse == "s3":  # SeaweedFS's S3 gateway: tables and checkpoints on s3a://
+        from tools.object_store import SeaweedS3
+
+        s3 = SeaweedS3(tmp / "s3").start()
+        s3.create_bucket("waku")
     overrides = [
         f"kafka.bootstrap_servers={bootstrap}", f"warehouse.root={tmp / 'warehouse'}",
         f"warehouse.checkpoints={tmp / 'checkpoints'}", f"spark.master={args.master}",
         "spark.shuffle_partitions=2", f"store.trigger_seconds={args.trigger_seconds}",
         f"store.max_offsets_per_trigger={args.max_offsets}", "job_metrics.store_port=0",
+        *(s3.overrides("waku") if s3 else []),
     ]
     procs: list[subprocess.Popen] = []
     bridge = None
@@ -704,17 +721,16 @@ def main() -> int:
 
         # Warm-up: start-up of the job is measured apart (submit -> first Delta commit of rows).
         produce(bootstrap, TOPIC, LoadGenerator(LoadProfile(payload_bytes=args.payload_bytes, seed=999)).batch(2000))
-        messages = tmp / "warehouse" / "messages"
-        watcher = DeltaWatcher(messages)
+        watcher = (DeltaWatcher("waku/waku/warehouse/messages", fs=s3.settings.arrow_filesystem()) if s3
+                   else DeltaWatcher(str(tmp / "warehouse" / "messages")))
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if job.poll() is not None:
                 raise RuntimeError(f"store job exited with {job.returncode}: see {job_log}")
-            if (messages / "_delta_log").exists():
-                while watcher.step():
-                    pass
-                if any(rows for _, _, rows in watcher.commits):
-                    break
+            while watcher.step():
+                pass
+            if any(rows for _, _, rows in watcher.commits):
+                break
             time.sleep(0.1)
         else:
             raise RuntimeError("store job made no commit in 300 s")
@@ -883,9 +899,11 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
         broker.stop()
+        if s3 is not None:
+            s3.stop()
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    results.update(load_avg_start=[round(x, 2) for x in load_start],
+    results.update(warehouse=args.warehouse, load_avg_start=[round(x, 2) for x in load_start],
                    load_avg_end=[round(x, 2) for x in os.getloadavg()],
                    rate_asked=args.rate, producers=args.producers, seconds=seconds,
                    no_service=args.no_service, warmup_s=args.warmup, warmup_until_lag_s=args.warmup_until_lag,

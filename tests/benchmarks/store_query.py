@@ -56,6 +56,7 @@ last line is JSON (with a list of rates, one entry a rate in `runs`; `layout`, `
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import math
@@ -104,7 +105,7 @@ def maintained_layout(sample, target_file_bytes: int, block_bytes: int) -> tuple
 
 def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000, base_t: float = BASE_T,
                 untimed_share: float = 0.0, rows_per_file: int = 250_000,
-                maintained: tuple[int, int] | None = None) -> float:
+                maintained: tuple[int, int] | None = None, storage_options: dict[str, str] | None = None) -> float:
     """Writes the table; `untimed_share` of the rows get no sender timestamp (null), as
     messages without one are stored (store_ingest.py --seed-rows uses this). Files of
     `rows_per_file` rows and row groups of `row_group` rows, or with `maintained` (bytes a file,
@@ -167,7 +168,8 @@ def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000, base
         last = written >= rows
         start = 0
         while pending.num_rows - start >= rows_per_file or (last and start < pending.num_rows):
-            write_messages(path, pending.slice(start, rows_per_file), max_row_group_size=row_group)
+            write_messages(path, pending.slice(start, rows_per_file), max_row_group_size=row_group,
+                           storage_options=storage_options)
             start += rows_per_file
         pending = pending.slice(start)
         print(f"  wrote {written:,} rows ({time.monotonic() - began:.0f} s)", file=sys.stderr, flush=True)
@@ -176,15 +178,17 @@ def write_table(path: str, rows: int, row_group: int, chunk: int = 500_000, base
 
 # --- the server process ---------------------------------------------------------------------
 
-def serve(path: str, cache_mb: int, threads: int, preload_mb: int) -> None:
+def serve(path: str, cache_mb: int, threads: int, preload_mb: int, store_json: str | None = None) -> None:
     import trio
     from libp2p.crypto.ed25519 import create_new_key_pair
 
+    from core.settings import ObjectStoreSettings
     from ingest.host import build_host, listen_addrs
     from ingest.store.reader import ReaderSettings, StoreReader
     from ingest.store.server import StoreServer, StoreServiceSettings
 
-    reader = StoreReader(ReaderSettings(path, cache_mb=cache_mb))
+    store = ObjectStoreSettings(**json.loads(store_json)) if store_json else ObjectStoreSettings()
+    reader = StoreReader(ReaderSettings(path, cache_mb=cache_mb, object_store=store))
     reader.refresh()
     began = time.monotonic()
     preloaded = reader.preload(preload_mb)
@@ -487,13 +491,17 @@ def main() -> int:
                     help="pages/s offered by all clients together, open loop (Poisson arrivals, latency from "
                          "when a page is due); a comma-separated list runs each in turn against the same "
                          "servers; 0: closed loop, each client sends its next page when answered (default)")
+    ap.add_argument("--warehouse", choices=["local", "s3"], default="local",
+                    help="s3: the table on a SeaweedFS S3 gateway started for the run (tools/object_store.py), "
+                         "written by the same seeded generator as a local one")
+    ap.add_argument("--s3", help=argparse.SUPPRESS)  # a server's object store settings (JSON)
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--client-role", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.compacted_2g:
         args.layout, args.cache_mb, args.preload_mb = "compacted", 2048, 0
     if args.serve:
-        serve(args.serve, args.cache_mb, args.threads, args.preload_mb)
+        serve(args.serve, args.cache_mb, args.threads, args.preload_mb, args.s3)
         return 0
     if args.client_role:
         spec = json.loads(args.client_role)
@@ -509,21 +517,33 @@ def main() -> int:
     rows = args.rows or (200_000 if args.quick else 10_000_000)
     seconds = args.seconds or (15.0 if args.quick else 60.0)
 
+    if args.table and args.warehouse == "s3":
+        ap.error("--table: a local table; --warehouse s3 writes its own")
     tmp = None if args.table else tempfile.mkdtemp(prefix="waku-store-bench-")
     path = args.table or os.path.join(tmp, "messages")
+    s3 = None
+    storage_options = None
+    if args.warehouse == "s3":
+        from tools.object_store import SeaweedS3
+
+        assert tmp is not None
+        s3 = SeaweedS3(os.path.join(tmp, "s3")).start()
+        s3.create_bucket("waku")
+        path, storage_options = "s3a://waku/messages", s3.settings.storage_options()
     write_s = None
-    if not os.path.exists(os.path.join(path, "_delta_log")):
+    if s3 is not None or not os.path.exists(os.path.join(path, "_delta_log")):
         print(f"writing {rows:,} messages to {path} ({args.layout} layout)", file=sys.stderr, flush=True)
         if args.layout == "maintained":
             write_s = write_table(path, rows, args.row_group,
-                                  maintained=(shipped["target_file_bytes"], shipped["block_bytes"]))
+                                  maintained=(shipped["target_file_bytes"], shipped["block_bytes"]),
+                                  storage_options=storage_options)
         else:
-            write_s = write_table(path, rows, args.row_group)
+            write_s = write_table(path, rows, args.row_group, storage_options=storage_options)
     else:
         args.layout = "given table"
     from deltalake import DeltaTable
 
-    dt = DeltaTable(path)
+    dt = DeltaTable(path, storage_options=storage_options)
     actual_rows = sum(pa_num for pa_num in __import__("pyarrow").table(dt.get_add_actions(flatten=True))
                       .column("num_records").to_pylist())
     files = len(dt.file_uris())
@@ -536,7 +556,8 @@ def main() -> int:
             raise SystemExit(f"cannot build the go-waku client: {go_bin or built.stderr.strip()}")
         args.client_procs = args.clients  # a go-waku node a process
     servers = [subprocess.Popen([sys.executable, __file__, "--serve", path, "--cache-mb", str(args.cache_mb),
-                                 "--threads", str(args.threads), "--preload-mb", str(args.preload_mb)],
+                                 "--threads", str(args.threads), "--preload-mb", str(args.preload_mb),
+                                 *(["--s3", json.dumps(dataclasses.asdict(s3.settings))] if s3 else [])],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
                for _ in range(args.servers)]
     procs: list[subprocess.Popen] = []
@@ -586,6 +607,8 @@ def main() -> int:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        if s3 is not None:
+            s3.stop()
         if tmp and not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -594,6 +617,7 @@ def main() -> int:
         "rows": actual_rows,
         "files": files,
         "layout": args.layout,
+        "warehouse": args.warehouse,
         "row_group_rows": args.row_group if args.layout == "compacted" else None,
         "cache_mb": args.cache_mb,
         "write_s": None if write_s is None else round(write_s, 1),
