@@ -28,6 +28,7 @@ from typing import Any
 
 from core.config import Config, ConfigError, add_config_arguments, config_from_args
 from core.job_metrics import JOBS
+from core.settings import ObjectStoreSettings, is_s3
 
 log = logging.getLogger("waku.dashboard")
 
@@ -45,6 +46,11 @@ class DashboardSettings:
     job_metrics: str = "var/warehouse/job_metrics"
     messages: str = "var/warehouse/messages"
     subscriptions: str = "var/warehouse/subscriptions"
+    object_store: ObjectStoreSettings = ObjectStoreSettings()   # the S3 store of an s3a:// warehouse
+
+    def storage_options(self, path: str) -> dict[str, str] | None:
+        """delta-rs's storage options for a table at `path` (None: a local table)."""
+        return self.object_store.storage_options() if is_s3(path) else None
 
     @classmethod
     def from_config(cls, config: Config) -> DashboardSettings:
@@ -65,7 +71,8 @@ class DashboardSettings:
                 raise ConfigError(f"dashboard.targets: expected name=url items, got {item!r}")
             targets[name.strip()] = url.strip()
         return cls(d["host"], d["port"], d["refresh_s"], d["history_minutes"] * 60.0, targets,
-                   config.table_path("job_metrics"), config.table_path("messages"), config.table_path("subscriptions"))
+                   config.table_path("job_metrics"), config.table_path("messages"), config.table_path("subscriptions"),
+                   ObjectStoreSettings.from_config(config))
 
 
 def _local(host: str) -> str:
@@ -166,14 +173,16 @@ JOB_COLUMNS = ["job", "batch_time", "duration_s", "input_rows", "input_rows_per_
                "output_rows", "stored_rows", "quarantined_rows", "kafka_lag_total"]
 
 
-def read_job_metrics(path: str, since: float) -> list[dict[str, Any]]:
-    """Rows of job_metrics with batch_time after `since` (days before it are not read)."""
+def read_job_metrics(path: str, since: float, storage_options: Mapping[str, str] | None = None
+                     ) -> list[dict[str, Any]]:
+    """Rows of job_metrics with batch_time after `since` (days before it are not read);
+    `storage_options`: delta-rs's, for a table on an object store."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
     try:
-        table = DeltaTable(path)
+        table = DeltaTable(path, storage_options=dict(storage_options) if storage_options else None)
     except Exception:  # noqa: BLE001 - not created yet
         return []
     names = set(table.schema().to_arrow().names) if hasattr(table.schema(), "to_arrow") else set(JOB_COLUMNS)
@@ -190,12 +199,13 @@ def read_job_metrics(path: str, since: float) -> list[dict[str, Any]]:
     return rows
 
 
-def table_rows(path: str) -> int | None:
+def table_rows(path: str, storage_options: Mapping[str, str] | None = None) -> int | None:
     """Rows of a Delta table from the record counts in its log (no data file is read)."""
     from deltalake import DeltaTable
 
     try:
-        actions = DeltaTable(path).get_add_actions(flatten=True)
+        actions = DeltaTable(path, storage_options=dict(storage_options) if storage_options else None
+                             ).get_add_actions(flatten=True)
     except Exception:  # noqa: BLE001 - not created yet
         return None
     names = actions.schema.names
@@ -261,12 +271,13 @@ class Dashboard:
             except Exception as exc:  # noqa: BLE001 - a target down is shown, not fatal
                 errors[name] = f"{url}: {exc}"
         try:
-            jobs = read_job_metrics(self.settings.job_metrics, now - self.settings.history_s)
+            jobs = read_job_metrics(self.settings.job_metrics, now - self.settings.history_s,
+                                    self.settings.storage_options(self.settings.job_metrics))
         except Exception as exc:  # noqa: BLE001 - an unreadable table is shown (last rows kept), not fatal
             jobs = self.job_rows
             errors["job_metrics"] = str(exc)
-        stored = table_rows(self.settings.messages)
-        subs = table_rows(self.settings.subscriptions)
+        stored = table_rows(self.settings.messages, self.settings.storage_options(self.settings.messages))
+        subs = table_rows(self.settings.subscriptions, self.settings.storage_options(self.settings.subscriptions))
         with self._lock:
             self.live.add(now, by_target)
             self.live.up = {name: name in by_target for name in self.settings.targets}

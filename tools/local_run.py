@@ -6,11 +6,18 @@ small demo publisher that publishes over Waku relay to the bridge, and the ops d
 everything cleanly.
 
     python -m tools.local_run [--duration SECONDS] [--demo-rate N] [--no-demo] [--no-dashboard] [--store-only]
-                              [--set k=v]
+                              [--topology local|cluster] [--cluster-dir DIR] [--set k=v]
+
+`--topology cluster` runs the production topology on this machine instead (docs/deployment.md):
+SeaweedFS's S3 gateway holding the tables and checkpoints (s3a://waku/...), a Kafka cluster of 3
+KRaft brokers (replication 3, min.insync.replicas 2), a Spark standalone master and 2 workers
+running the three streaming jobs, two bridges (B relays with A), the dashboard reading
+job_metrics from S3. State and logs under --cluster-dir (var/cluster).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -19,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from core.config import REPO_ROOT, Config, ConfigError, add_config_arguments, config_from_args
+from core.config import REPO_ROOT, Config, ConfigError, add_config_arguments, config_from_args, load_config
 
 log = logging.getLogger("waku.local_run")
 
@@ -34,8 +41,12 @@ def stored_count(config: Config) -> int | None:
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    from core.settings import ObjectStoreSettings, is_s3
+
+    path = config.table_path("messages")
+    options = ObjectStoreSettings.from_config(config).storage_options() if is_s3(path) else None
     try:
-        return DeltaTable(config.table_path("messages")).to_pyarrow_dataset().count_rows()
+        return DeltaTable(path, storage_options=options).to_pyarrow_dataset().count_rows()
     except (TableNotFoundError, OSError):
         return None
 
@@ -62,11 +73,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only the store job (default: the store, subscriptions and filter jobs, "
                              "three Spark applications)")
     parser.add_argument("--with-filter", action="store_true", help=argparse.SUPPRESS)  # the default now
+    parser.add_argument("--topology", choices=["local", "cluster"], default="local",
+                        help="local: one broker, Spark in local mode, a local warehouse (default); cluster: "
+                             "S3 server, 3 Kafka brokers, a Spark master and 2 workers, 2 bridges (docs/deployment.md)")
+    parser.add_argument("--cluster-dir", default=str(REPO_ROOT / "var" / "cluster"),
+                        help="--topology cluster: its state and logs (default var/cluster)")
     args = parser.parse_args(argv)
     args.with_filter = not args.store_only
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)
     try:
+        if args.topology == "cluster":
+            return run_cluster(args)
         config = config_from_args(args)
         return run(config, args)
     except (ConfigError, RuntimeError) as exc:
@@ -168,6 +186,153 @@ def run(config: Config, args: argparse.Namespace) -> int:
         if broker is not None:
             log.info("stopping embedded Kafka")
             broker.stop()
+
+
+# -- --topology cluster -------------------------------------------------------------------------
+
+CLUSTER_WORKERS = 2
+# Task slots: store 1, subscriptions 1, filter one per partition of waku.messages (real-time mode).
+CLUSTER_WORKER_CORES = 3
+CLUSTER_WORKER_MEMORY = "2g"
+EXECUTOR_MEMORY = "512m"
+
+
+def cluster_job_args(job: str, master: str, config: Config) -> list[str]:
+    """spark-submit options of a job on the standalone cluster: small executors, its share of
+    the workers' cores, and no task before every executor asked for has registered (the filter
+    job checks its real-time task slots at its start)."""
+    cores = config["topics"]["messages_partitions"] if job == "filter" else 1
+    return ["--master", master, "--executor-memory", EXECUTOR_MEMORY, "--total-executor-cores", str(cores),
+            "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
+            "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=120s"]
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    """The production topology on this machine (docs/deployment.md); Ctrl-C stops it all."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tools.kafka_cluster import KafkaCluster
+    from tools.object_store import ObjectStoreError, SeaweedS3
+    from tools.processes import BridgeProcess, start_bridge, start_publisher
+    from tools.spark_cluster import StandaloneCluster
+
+    stopping = False
+
+    def on_signal(signum, frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    root = Path(args.cluster_dir).resolve()
+    logs = root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        spark_cluster = StandaloneCluster(root / "spark", workers=CLUSTER_WORKERS, worker_cores=CLUSTER_WORKER_CORES,
+                                          worker_memory=CLUSTER_WORKER_MEMORY)
+        pool = stack.enter_context(ThreadPoolExecutor(1))
+        spark_started = pool.submit(spark_cluster.start)  # its JVMs start beside S3's and Kafka's
+
+        def stop_spark() -> None:
+            with contextlib.suppress(Exception):
+                spark_started.result()
+            log.info("stopping the Spark cluster")
+            spark_cluster.stop()
+        stack.callback(stop_spark)
+        s3 = SeaweedS3(root / "s3")
+        try:
+            s3.start()
+        except ObjectStoreError as exc:
+            raise RuntimeError(str(exc)) from None
+        stack.callback(s3.stop)
+        s3.create_bucket("waku")
+        log.info("S3 (SeaweedFS) on %s, tables and checkpoints in s3a://waku/waku/ (%.0f s)", s3.endpoint,
+                 time.monotonic() - began)
+        kafka = KafkaCluster(root / "kafka", brokers=3)
+        kafka.start()
+        stack.callback(kafka.stop)
+        cluster_sets = [*s3.overrides("waku"), f"kafka.bootstrap_servers={kafka.bootstrap_servers}"]
+        sets = [*cluster_sets, *args.overrides]  # a --set of the command line wins
+        config = load_config(sets, args.config)
+        kafka.create_topics(topics(config))
+        log.info("Kafka cluster of 3 brokers on %s (%.0f s)", kafka.bootstrap_servers, time.monotonic() - began)
+        spark_started.result()
+        log.info("Spark master %s with %d workers (web UI %s) (%.0f s)", spark_cluster.url, CLUSTER_WORKERS,
+                 spark_cluster.webui, time.monotonic() - began)
+        config_args = [a for item in sets for a in ("--set", item)] + (["--config", args.config] if args.config else [])
+        jobs: dict[str, subprocess.Popen] = {}
+
+        def stop_jobs() -> None:
+            for job, proc in jobs.items():
+                if proc.poll() is None:
+                    log.info("stopping the %s job", job)
+                    os.killpg(proc.pid, signal.SIGTERM)
+            for proc in jobs.values():
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+        stack.callback(stop_jobs)
+        for job in ["store", "subscriptions", "filter"]:
+            log.info("submitting the %s job to %s (log: %s)", job, spark_cluster.url, logs / f"{job}-job.log")
+            jobs[job] = subprocess.Popen(
+                [str(REPO_ROOT / "spark-submit.sh"), job, *cluster_job_args(job, spark_cluster.url, config),
+                 *config_args], stdout=(logs / f"{job}-job.log").open("ab"), stderr=subprocess.STDOUT,
+                start_new_session=True, cwd=REPO_ROOT)
+        bridges: dict[str, BridgeProcess] = {}
+        b_metrics = config["bridge"]["metrics_port"] + 1
+        for name, extra in (("a", []),
+                            # B: its own ports (A's + 1, any TCP port), relaying with A: a message
+                            # published to either reaches both
+                            ("b", ["bridge.tcp_port=0", "bridge.ws_port=-1", f"bridge.metrics_port={b_metrics}",
+                                   f"rest.port={config['rest']['port'] + 1}"])):
+            if name == "b":
+                extra.append(f"bridge.static_peers={bridges['a'].tcp_addr}")
+            log.info("starting bridge %s (log: %s)", name.upper(), logs / f"bridge-{name}.log")
+            key = root / f"bridge-{name}" / "key"
+            bridge = start_bridge([*cluster_sets, "rest.enabled=true", *args.overrides, f"bridge.key_file={key}",
+                                   *extra], config_file=args.config,
+                                  log=(logs / f"bridge-{name}.log").open("a"), timeout=120)
+            stack.callback(bridge.stop)
+            bridges[name] = bridge
+            log.info("bridge %s: %s; REST %s", name.upper(), bridge.tcp_addr, bridge.wait_rest_url())
+        procs: list[subprocess.Popen] = []
+        if not args.no_dashboard:
+            dashboard = start_dashboard([*config_args, "--set", f"dashboard.targets=bridge_b=http://127.0.0.1:{b_metrics}"
+                                         "/metrics"], logs / "dashboard.log")
+            procs.append(dashboard)
+            log.info("ops dashboard on http://%s:%s/ (log: %s)", _local(config.get("dashboard.host")),
+                     config.get("dashboard.port"), logs / "dashboard.log")
+        if not args.no_demo:
+            log.info("starting a demo publisher: %d msg/s over relay to bridge A", args.demo_rate)
+            procs.append(start_publisher(bridges["a"].tcp_addr, rate=args.demo_rate, count=0, log=subprocess.DEVNULL))
+
+        def stop_procs() -> None:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.terminate()
+                    proc.wait(10)
+        stack.callback(stop_procs)
+        log.info("cluster topology started in %.0f s; history: .venv/bin/waku-store query --peer %s "
+                 "--direction backward --limit 20", time.monotonic() - began, bridges["b"].tcp_addr)
+        run_began = time.monotonic()
+        last_report, first_rows = 0.0, False
+        while not stopping and (not args.duration or time.monotonic() - run_began < args.duration):
+            for name, proc in [*((f"{j} job", p) for j, p in jobs.items()),
+                               *((f"bridge {n.upper()}", b.proc) for n, b in bridges.items())]:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the {name} exited with {proc.returncode}: see {logs}")
+            if time.monotonic() - last_report >= 5:
+                last_report = time.monotonic()
+                count = stored_count(config)
+                if count and not first_rows:
+                    first_rows = True
+                    log.info("first rows in the Delta store on S3 %.0f s after the start", time.monotonic() - began)
+                log.info("rows in the Delta store: %s", "table not created yet" if count is None else count)
+            time.sleep(0.5)
+        log.info("stopping the cluster topology")
+    return 0
 
 
 if __name__ == "__main__":
