@@ -35,6 +35,10 @@ def config(test_root, kafka_ports) -> Config:
         f"warehouse.checkpoints={test_root / 'checkpoints'}",
         "spark.master=local[2]",
         "spark.shuffle_partitions=2",
+        # Tests wait for Delta at low rates: a batch at every trigger, not the shipped cadence that
+        # waits up to 10 s / 30 s for more records (the fault run and test_batch_cadence cover it).
+        "store.min_offsets_per_trigger=0",
+        "filter.subscriptions_min_events_per_trigger=0",
     ])
 
 

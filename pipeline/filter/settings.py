@@ -51,7 +51,7 @@ class FilterJobSettings:
     ttl_s: float = 300.0
     trigger: str = "microbatch"  # or "realtime"
     trigger_seconds: float = 0.5
-    realtime_checkpoint_interval: str = "30 seconds"
+    realtime_checkpoint_interval: str = "5 minutes"
     starting_offsets: str = "latest"
     max_offsets_per_trigger: int = 0  # 0: no bound
     metrics: JobMetricsSettings | None = None  # [job_metrics]
