@@ -3,7 +3,8 @@ server for the module). Messages are written to a Delta table on the bucket with
 store service's reader (delta-rs snapshot, Parquet through Arrow's S3 file system, the hash
 index) answers walks exactly as the oracle says, over libp2p too; it follows new versions;
 concurrent delta-rs writers commit safely (S3 conditional PUT); the fresh tail reads the store
-job's offsets from an s3a:// checkpoint."""
+job's offsets from an s3a:// checkpoint. The server and the session's S3 settings are the
+fixtures of tests/integration/conftest.py."""
 from __future__ import annotations
 
 import random
@@ -22,6 +23,7 @@ from ingest.store.client import StoreClient
 from ingest.store.reader import MESSAGES_ARROW_SCHEMA, ReaderSettings, StoreReader, write_messages
 from ingest.store.server import StoreServer, StoreServiceSettings
 from ingest.store.tail import committed_offsets
+from tests.integration.conftest import S3_BUCKET
 from tests.unit.test_store_query import (
     PAGE_SIZES,
     check_paging,
@@ -30,21 +32,11 @@ from tests.unit.test_store_query import (
     random_filters,
     random_rows,
 )
-from tools.object_store import WEED, SeaweedS3
 
 pytestmark = pytest.mark.integration
 
 SEED = 20261126
-BUCKET = "waku"
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    if not WEED.exists():
-        pytest.fail(f"{WEED} missing: the set-up builds it (bash scripts/build_seaweedfs.sh)")
-    with SeaweedS3(tmp_path_factory.mktemp("seaweedfs")) as server:
-        server.create_bucket(BUCKET)
-        yield server
+BUCKET = S3_BUCKET  # the session server's bucket (tests/integration/conftest.py)
 
 
 def new_table(scheme: str = "s3a") -> str:
@@ -169,23 +161,6 @@ def test_tail_reads_committed_offsets_from_an_s3_checkpoint(s3):
         with fs.open_output_stream(f"{root}/commits/{batch}") as f:
             f.write(b'v1\n{"nextBatchWatermarkMs":0}\n')
     assert committed_offsets(f"s3a://{root}", "waku.messages", s3.settings) == {0: 9, 1: 12}
-
-
-@pytest.fixture
-def spark_on_s3(spark, s3, monkeypatch):
-    """The shared session reaching the S3 server: its fs.s3a.* settings in the Hadoop
-    configuration, Delta's log store for s3a:// (read from the context's conf when a table is
-    first opened), and the AWS_* environment the entry point sets for delta-rs."""
-    hconf = spark.sparkContext._jsc.hadoopConfiguration()
-    conf = spark.sparkContext._jsc.sc().conf()
-    for key, value in s3.settings.spark_options().items():
-        if key.startswith("spark.hadoop."):
-            hconf.set(key[len("spark.hadoop."):], value)
-        else:
-            conf.set(key, value)
-    for key, value in s3.settings.environment().items():
-        monkeypatch.setenv(key, value)
-    return spark
 
 
 def test_store_job_writes_messages_on_s3a_and_the_service_walks_them(spark_on_s3, kafka, s3, tmp_path):
