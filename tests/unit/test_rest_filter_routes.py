@@ -136,3 +136,12 @@ def test_bad_bodies_are_400_with_unknown_request_id(api):
     r = http.post("/filter/v2/subscriptions", json={"requestId": "1", "contentFilters": []})
     assert r.status_code == 400
     assert client.requests == []
+
+
+def test_bodies_over_the_cap_are_413(api):
+    http, client, _ = api
+    cap = RestSettings().max_body_bytes
+    for size in (cap + 1, int(1.5 * cap), 3 * cap):  # read to its end up to 2 x cap, refused at once above
+        r = http.post("/filter/v2/subscriptions", content=b" " * size, headers={"content-type": "application/json"})
+        assert (r.status_code, r.text) == (413, f"Request body exceeds {cap} bytes"), size
+    assert client.requests == []
