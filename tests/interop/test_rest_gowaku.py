@@ -99,6 +99,9 @@ def test_rest_side_by_side_with_gowaku(kafka, tmp_path):
         wait_for("go-waku connected to the bridge", lambda: any(
             ours.peer_id in str(p) for p in g.get("/admin/v1/peers").json() or []))
         wait_for("relay peers", lambda: a.get("/health").json()["connectionStatus"] != "Disconnected")
+        # Our filter service mounts once Kafka acknowledged its restart record (go-waku's filter
+        # subscription is refused "protocols not supported" before).
+        wait_for("our filter service", lambda: {"Filter": "READY"} in a.get("/health").json()["protocolsHealth"])
 
         def both(name: str, method: str, path: str, body: Any = None, go_path: str | None = None,
                  go_body: Any = None) -> tuple[httpx.Response, httpx.Response]:
@@ -158,6 +161,10 @@ def test_rest_side_by_side_with_gowaku(kafka, tmp_path):
         if rg.status_code != 200:  # go-waku answers "subscription failed"; its log has the cause
             print("go-waku's filter subscription:", [line for line in (tmp_path / "gowaku.log").read_text().splitlines()
                                                      if "subscri" in line.lower()][-3:])
+        both("GET /filter/v2/subscriptions/{id} (ping)", "GET", "/filter/v2/subscriptions/2")
+        both("GET /filter/v2/messages/{contentTopic}", "GET", f"/filter/v2/messages/{quote(ct, safe='')}")
+        both("DELETE /filter/v2/subscriptions", "DELETE", "/filter/v2/subscriptions",
+             {"requestId": "3", "contentFilters": [ct], "pubsubTopic": SHARD})
         both("GET /no/such/route", "GET", "/no/such/route")
     finally:
         print("\n| call | ours | go-waku v0.10.0 |\n|---|---|---|")
