@@ -43,6 +43,8 @@ class Discv5Metrics:
                                ["reason"], registry=r)
         self.requests = Counter("waku_discv5_requests_answered", "discv5 requests answered, by message",
                                 ["message"], registry=r)
+        self.calls = Counter("waku_discv5_requests_sent", "Our discv5 requests, by message and outcome "
+                             "(answered, timeout)", ["message", "outcome"], registry=r)
         self.table_nodes = Gauge("waku_discv5_table_nodes", "Nodes in the discv5 table", registry=r)
         self.found = Counter("waku_discv5_nodes_verified", "Nodes that answered our discv5 requests", registry=r)
 
@@ -150,6 +152,7 @@ class Discv5Service:
                         want = max(1, min(m.total, MAX_NODES_RESPONSES))
         finally:
             del self._waiting[key]
+        self.metrics.calls.labels(type(message).__name__.upper(), "answered" if out else "timeout").inc()
         return out
 
     def _req_id(self) -> bytes:
