@@ -113,8 +113,10 @@ def _gowaku_node(binary, tmp_path, name: str, bootstrap: str, rest_port: int) ->
 
 
 def _metric(url: str, name: str) -> float:
+    """A metric's value (summed over its labels unless `name` gives them, as exposed)."""
     text = httpx.get(url, timeout=10).text
-    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+    labels = "" if "{" in name else "(?:{[^}]*})?"
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}{labels} (\S+)$", text, re.M))
 
 
 def _peers(rest: str) -> list[dict]:
@@ -167,6 +169,8 @@ def test_discv5_with_gowaku_nodes(kafka, tmp_path):
                    "the bridge verified go-waku #1 (PING/PONG)")
         wait_until(lambda: any(go1_id in x for x in _peers_of_bridge(tmp_path)), 60,
                    "the bridge logged go-waku #1 as a found relay peer")
+        wait_until(lambda: _metric(metrics, 'waku_discv5_requests_sent_total{message="FINDNODE",outcome="answered"}')
+                   >= 1, 60, "go-waku answered a FINDNODE of the bridge's lookups")
 
         # go-waku #2 knows only go-waku #1: it finds the bridge through the DHT.
         rest2 = free_port()
