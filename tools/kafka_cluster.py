@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 
-from tools.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError, _new_cluster_id
+from tools.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError, _new_cluster_id, _signal_group
 from tools.processes import free_port
 
 log = logging.getLogger("tools.kafka_cluster")
@@ -130,7 +130,12 @@ class KafkaCluster:
         return self
 
     def stop(self) -> None:
-        """Stop every node (SIGTERM, then SIGKILL after 30 s). Idempotent."""
+        """Stop every node (SIGTERM, then SIGKILL after 30 s). Idempotent. All are signalled at
+        once: stopped one by one, the last node has lost its quorum and its controlled shutdown
+        waits out the 30 s."""
+        for node in self.nodes:
+            if node.pid is not None and node.is_running():
+                _signal_group(node.pid, signal.SIGTERM)
         for node in reversed(self.nodes):
             node.stop()
 
