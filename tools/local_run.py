@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -92,6 +93,54 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _stop_on_signals() -> threading.Event:
+    """Set by SIGTERM or SIGINT (Ctrl-C): the run loop ends and everything is stopped in order."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+    return stop
+
+
+def _submit(job: str, args: list[str], logs: Path) -> subprocess.Popen:
+    """`./spark-submit.sh job args...` in its own process group, its output in logs/<job>-job.log."""
+    return subprocess.Popen([str(REPO_ROOT / "spark-submit.sh"), job, *args],
+                            stdout=(logs / f"{job}-job.log").open("ab"), stderr=subprocess.STDOUT,
+                            start_new_session=True, cwd=REPO_ROOT)
+
+
+def _stop_jobs(jobs: dict[str, subprocess.Popen]) -> None:
+    """SIGTERM to every running job's process group, then up to 60 s each before SIGKILL."""
+    for job, proc in jobs.items():
+        if proc.poll() is None:
+            log.info("stopping the %s job", job)
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in jobs.values():
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _watch(config: Config, procs: dict[str, subprocess.Popen], logs: Path, stop: threading.Event,
+           duration: float | None, began: float | None = None) -> None:
+    """Until `stop` or `duration` s: a process that exits is an error; every 5 s the rows in the
+    Delta store are logged (with `began`, also when the first ones arrived)."""
+    run_began = time.monotonic()
+    last_report, first_rows = 0.0, False
+    while not stop.is_set() and (not duration or time.monotonic() - run_began < duration):
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"the {name} exited with {proc.returncode}: see {logs}")
+        if time.monotonic() - last_report >= 5:
+            last_report = time.monotonic()
+            count = stored_count(config)
+            if count and not first_rows and began is not None:
+                first_rows = True
+                log.info("first rows in the Delta store %.0f s after the start", time.monotonic() - began)
+            log.info("rows in the Delta store: %s", "table not created yet" if count is None else count)
+        stop.wait(0.5)
+
+
 def run(config: Config, args: argparse.Namespace) -> int:
     from tools.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError
     from tools.processes import start_bridge, start_publisher
@@ -101,14 +150,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
     bridge = None
     publisher = None
     dashboard = None
-    stopping = False
-
-    def on_signal(signum, frame):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = _stop_on_signals()
     logs = Path(config.path("warehouse.checkpoints")).parent
     logs.mkdir(parents=True, exist_ok=True)
     try:
@@ -127,9 +169,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
             job_args += ["--config", args.config]
         for job in ["store"] + (["subscriptions", "filter"] if args.with_filter else []):
             log.info("starting the %s job (log: %s)", job, logs / f"{job}-job.log")
-            jobs[job] = subprocess.Popen([str(REPO_ROOT / "spark-submit.sh"), job, *job_args],
-                                         stdout=(logs / f"{job}-job.log").open("ab"), stderr=subprocess.STDOUT,
-                                         start_new_session=True, cwd=REPO_ROOT)
+            jobs[job] = _submit(job, job_args, logs)
         log.info("starting the bridge (log: %s)", logs / "bridge.log")
         # The REST API on (nwaku's default port 8645; a --set rest.* wins).
         bridge = start_bridge(["rest.enabled=true", *args.overrides], config_file=args.config,
@@ -153,17 +193,8 @@ def run(config: Config, args: argparse.Namespace) -> int:
         if not args.no_demo:
             log.info("starting a demo publisher: %d msg/s over relay to %s", args.demo_rate, bridge.tcp_addr)
             publisher = start_publisher(bridge.tcp_addr, rate=args.demo_rate, count=0, log=subprocess.DEVNULL)
-        began = time.monotonic()
-        last_report = 0.0
-        while not stopping and (not args.duration or time.monotonic() - began < args.duration):
-            for name, proc in [*((f"{j} job", p) for j, p in jobs.items()), ("bridge", bridge.proc)]:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the {name} exited with {proc.returncode}: see {logs}")
-            if time.monotonic() - last_report >= 5:
-                last_report = time.monotonic()
-                count = stored_count(config)
-                log.info("rows in the Delta store: %s", "table not created yet" if count is None else count)
-            time.sleep(0.5)
+        _watch(config, {**{f"{j} job": p for j, p in jobs.items()}, "bridge": bridge.proc}, logs, stop,
+               args.duration)
         return 0
     finally:
         if dashboard is not None and dashboard.poll() is None:
@@ -175,14 +206,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
         if bridge is not None:
             log.info("stopping the bridge (flushes its Kafka producer)")
             bridge.stop()
-        for job, proc in jobs.items():
-            if proc.poll() is None:
-                log.info("stopping the %s job", job)
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+        _stop_jobs(jobs)
         if broker is not None:
             log.info("stopping embedded Kafka")
             broker.stop()
@@ -216,14 +240,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     from tools.processes import BridgeProcess, start_bridge, start_publisher
     from tools.spark_cluster import StandaloneCluster
 
-    stopping = False
-
-    def on_signal(signum, frame):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = _stop_on_signals()
     root = Path(args.cluster_dir).resolve()
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -262,24 +279,10 @@ def run_cluster(args: argparse.Namespace) -> int:
                  spark_cluster.webui, time.monotonic() - began)
         config_args = [a for item in sets for a in ("--set", item)] + (["--config", args.config] if args.config else [])
         jobs: dict[str, subprocess.Popen] = {}
-
-        def stop_jobs() -> None:
-            for job, proc in jobs.items():
-                if proc.poll() is None:
-                    log.info("stopping the %s job", job)
-                    os.killpg(proc.pid, signal.SIGTERM)
-            for proc in jobs.values():
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-        stack.callback(stop_jobs)
+        stack.callback(_stop_jobs, jobs)
         for job in ["store", "subscriptions", "filter"]:
             log.info("submitting the %s job to %s (log: %s)", job, spark_cluster.url, logs / f"{job}-job.log")
-            jobs[job] = subprocess.Popen(
-                [str(REPO_ROOT / "spark-submit.sh"), job, *cluster_job_args(job, spark_cluster.url, config),
-                 *config_args], stdout=(logs / f"{job}-job.log").open("ab"), stderr=subprocess.STDOUT,
-                start_new_session=True, cwd=REPO_ROOT)
+            jobs[job] = _submit(job, [*cluster_job_args(job, spark_cluster.url, config), *config_args], logs)
         bridges: dict[str, BridgeProcess] = {}
         b_metrics = config["bridge"]["metrics_port"] + 1
         for name, extra in (("a", []),
@@ -316,21 +319,9 @@ def run_cluster(args: argparse.Namespace) -> int:
         stack.callback(stop_procs)
         log.info("cluster topology started in %.0f s; history: .venv/bin/waku-store query --peer %s "
                  "--direction backward --limit 20", time.monotonic() - began, bridges["b"].tcp_addr)
-        run_began = time.monotonic()
-        last_report, first_rows = 0.0, False
-        while not stopping and (not args.duration or time.monotonic() - run_began < args.duration):
-            for name, proc in [*((f"{j} job", p) for j, p in jobs.items()),
-                               *((f"bridge {n.upper()}", b.proc) for n, b in bridges.items())]:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the {name} exited with {proc.returncode}: see {logs}")
-            if time.monotonic() - last_report >= 5:
-                last_report = time.monotonic()
-                count = stored_count(config)
-                if count and not first_rows:
-                    first_rows = True
-                    log.info("first rows in the Delta store on S3 %.0f s after the start", time.monotonic() - began)
-                log.info("rows in the Delta store: %s", "table not created yet" if count is None else count)
-            time.sleep(0.5)
+        _watch(config, {**{f"{j} job": p for j, p in jobs.items()},
+                        **{f"bridge {n.upper()}": b.proc for n, b in bridges.items()}}, logs, stop, args.duration,
+               began=began)
         log.info("stopping the cluster topology")
     return 0
 
