@@ -463,17 +463,16 @@ async def _until_end(stream: Any) -> str:
             for event in (remote_closed, reset):
                 nursery.start_soon(_wait_then_cancel, event, nursery.cancel_scope)
         return "reset" if reset.is_set() else "eof"
-    # A reset that arrives behind unread bytes (the listener's multistream echoes of a lazy
-    # proposal) reads as the end of the stream in py-libp2p's yamux: its flag says which it was.
     try:
-        while True:
-            data = await stream.read(4096)
-            if not data:
-                return "reset" if getattr(muxed, "reset_received", False) else "eof"
+        while await stream.read(4096):
+            pass
     except StreamEOF:
-        return "reset" if getattr(muxed, "reset_received", False) else "eof"
+        pass
     except Exception:  # noqa: BLE001 - reset, connection gone
         return "reset"
+    # A reset that arrives behind unread bytes (the listener's multistream echoes of a lazy
+    # proposal) reads as the end of the stream in py-libp2p's yamux: its flag says which it was.
+    return "reset" if getattr(muxed, "reset_received", False) else "eof"
 
 
 async def _wait_then_cancel(event: Any, scope: trio.CancelScope) -> None:
