@@ -55,6 +55,9 @@ class SeaweedS3:
         self.port = port or free_port()
         self.access_key, self.secret_key = access_key, secret_key
         self.proc: subprocess.Popen[bytes] | None = None
+        # The internal ports (master, volume, filer), picked once: a restart on the same data dir
+        # must find its master where its volumes and filer recorded it.
+        self._ports: dict[str, int] = {}
 
     @property
     def endpoint(self) -> str:
@@ -74,8 +77,8 @@ class SeaweedS3:
                 f"warehouse.s3_secret_key={s.secret_key}"]
 
     def command(self) -> list[str]:
-        ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc",
-                                                 "filer", "filer.grpc", "s3.grpc")}
+        ports = self._ports = self._ports or {name: free_port() for name in (
+            "master", "master.grpc", "volume", "volume.grpc", "filer", "filer.grpc", "s3.grpc")}
         identities = self.data_dir / "s3-identities.json"
         identities.write_text(json.dumps({"identities": [{
             "name": "waku", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],

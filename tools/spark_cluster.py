@@ -168,13 +168,9 @@ class StandaloneCluster:
             launches = dict.fromkeys(range(self.workers), 0)
 
             def launch_worker(i: int) -> None:
-                self.work_dir(i).mkdir(parents=True, exist_ok=True)
                 self.worker_webui_ports[i] = free_port(self.host)
                 launches[i] += 1
-                self._launch(f"worker-{i}", [WORKER_CLASS, "--host", self.host, "--cores", str(self.worker_cores),
-                                             "--memory", self.worker_memory, "--webui-port",
-                                             str(self.worker_webui_ports[i]), "--work-dir", str(self.work_dir(i)),
-                                             self.url])
+                self._launch_worker(i)
 
             for i in range(self.workers):
                 launch_worker(i)
@@ -191,6 +187,31 @@ class StandaloneCluster:
             raise
         self.save()
         return self
+
+    def _launch_worker(self, i: int) -> None:
+        self.work_dir(i).mkdir(parents=True, exist_ok=True)
+        self._launch(f"worker-{i}", [WORKER_CLASS, "--host", self.host, "--cores", str(self.worker_cores),
+                                     "--memory", self.worker_memory, "--webui-port", str(self.worker_webui_ports[i]),
+                                     "--work-dir", str(self.work_dir(i)), self.url])
+
+    def restart_worker(self, i: int, timeout: float = 120.0) -> subprocess.Popen:
+        """Launch worker i again (after it died or was killed: its process group, the executors
+        it ran with it), on its web UI port, and wait until the master lists it ALIVE; returns
+        its process. The master hands it executors of applications short of their cores."""
+        name = f"worker-{i}"
+        if name in self.pids and not self._exited(name):
+            _stop_group(self.pids[name], 15.0)
+        ui = f"http://{self.host}:{self.worker_webui_ports[i]}"
+        try:  # the master lists the dead worker until its heartbeats time out: a new id is awaited
+            earlier = {w.get("id") for w in self.state().get("workers", []) if w.get("webuiaddress") == ui}
+        except (OSError, ValueError):
+            earlier = set()
+        self._launch_worker(i)
+        self._wait(lambda s: any(w.get("webuiaddress") == ui and w.get("state") == "ALIVE"
+                                 and w.get("id") not in earlier for w in s.get("workers", [])),
+                   f"{name} registered again", time.monotonic() + timeout)
+        self.save()
+        return self._procs[name]
 
     def _wait(self, ok, what: str, deadline: float, relaunch: tuple[str, ...] = ()) -> bool:
         """Poll the master's JSON until `ok(state)`: True. A daemon that exited raises, unless
