@@ -167,7 +167,8 @@ def run(config: Config, args: argparse.Namespace) -> int:
         job_args = [a for item in args.overrides for a in ("--set", item)]
         if args.config:
             job_args += ["--config", args.config]
-        for job in ["store"] + (["subscriptions", "filter"] if args.with_filter else []):
+        live = ["live"] if config.get("spark.one_driver") else ["store", "subscriptions", "filter"]
+        for job in live if args.with_filter else ["store"]:
             log.info("starting the %s job (log: %s)", job, logs / f"{job}-job.log")
             jobs[job] = _submit(job, job_args, logs)
         log.info("starting the bridge (log: %s)", logs / "bridge.log")

@@ -116,14 +116,18 @@ def spark_submit_binary() -> str:
     return str(local) if local.exists() else (shutil.which("spark-submit") or "spark-submit")
 
 
+LIVE_BATCH_SLOTS = 2  # jobs/live.py: the store's and subscriptions' batches beside the filter's tasks
+
+
 def local_slots_for(job: str, master: str, config: Config, realtime_flag: bool = False) -> str:
     """The filter job in real-time mode runs one long task per partition of the messages topic,
     all at once: a local master gets at least that many task slots (threads; they mostly wait on
-    Kafka). Other jobs and masters are unchanged."""
-    if job != "filter" or not (realtime_flag or config.get("filter.trigger") == "realtime"):
+    Kafka); the live job (all three queries) LIVE_BATCH_SLOTS more. Other jobs and masters are
+    unchanged."""
+    if job not in ("filter", "live") or not (realtime_flag or config.get("filter.trigger") == "realtime"):
         return master
     m = re.fullmatch(r"local\[(\d+)\]", master)
-    need = int(config.get("topics.messages_partitions"))
+    need = int(config.get("topics.messages_partitions")) + (LIVE_BATCH_SLOTS if job == "live" else 0)
     slots = 1 if master == "local" else int(m.group(1)) if m else None
     if slots is not None and slots < need:
         return f"local[{need}]"
@@ -134,8 +138,8 @@ def local_driver_memory(job: str, master: str, config: Config) -> str | None:
     """The store job on a local master: its driver is also its executor and holds a whole
     micro-batch (the cache and the sort of the messages write); with Spark's 1 GiB default a
     250,000-record batch spills (docs/benchmarks.md). `store.local_driver_memory`; "" keeps
-    Spark's default. Other jobs and masters are unchanged."""
-    if job != "store" or not master.startswith("local"):
+    Spark's default. The live job holds the store query too; other jobs and masters are unchanged."""
+    if job not in ("store", "live") or not master.startswith("local"):
         return None
     return config.get("store.local_driver_memory") or None
 

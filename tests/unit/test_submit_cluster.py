@@ -62,3 +62,19 @@ def test_store_job_on_a_local_master_gets_its_driver_memory():
     assert memory("store", "--set", "spark.options=spark.driver.memory=3g") == []
     assert memory("store", "--master", "spark://m:7077") == []
     assert memory("filter") == []
+
+
+def test_live_job_gets_the_filter_slots_and_two_more_and_the_store_memory():
+    """jobs/live.py runs the filter's real-time tasks (one per messages partition) beside the store's
+    and subscriptions' batches, and holds the store's micro-batches."""
+    def master(job: str, *args: str) -> str:
+        cmd = submit.command(job, list(args))
+        return cmd[cmd.index("--master") + 1]
+
+    assert master("filter") == "local[4]"
+    assert master("live") == f"local[{4 + submit.LIVE_BATCH_SLOTS}]"
+    assert master("live", "--set", "spark.master=local[8]") == "local[8]"
+    assert master("live", "--set", "filter.trigger=microbatch") == "local[2]"
+    cmd = submit.command("live", [])
+    assert cmd[cmd.index("--driver-memory") + 1] == "4g"
+    assert cmd[-1].endswith("jobs/live.py")
