@@ -1,8 +1,10 @@
 """Fault injection: kill -9 every component under load, restart it, and count what was lost.
 
-    .venv/bin/python tests/benchmarks/faults.py [--quick] [--seed N] [--rounds R] [--keep DIR]
+    .venv/bin/python tests/benchmarks/faults.py [--topology local|cluster] [--quick] [--seed N] [--rounds R]
+                                                [--keep DIR]
 
-Everything runs as its own process on loopback, from a temporary directory:
+Everything runs as its own process on loopback, from a temporary directory (--topology local,
+the default):
   - an embedded Kafka broker (one broker: its log survives a kill -9 of the process in the page
     cache; replication is what protects against a machine's loss, see docs/reliability.md);
   - the store, subscriptions and filter Spark jobs through ./spark-submit.sh (local[1] each);
@@ -15,10 +17,23 @@ Everything runs as its own process on loopback, from a temporary directory:
     every 2 s and subscribing again when a ping says the subscription is gone), and a store
     walker that follows cursors over the load's topic on B again and again.
 
-After a warm-up, faults hit in turn (broker, store job, subscriptions job, filter job, bridge A,
-store service B), each at a random moment of its slot: kill -9 of the process group, a pause, a
-restart with the same data, checkpoints, keys and ports. A component that dies by itself is
-restarted too and reported (`unplanned_restarts`). At the end the load stops and the checks run:
+--topology cluster is the production topology (docs/deployment.md): SeaweedFS's S3 gateway holds
+the tables and checkpoints (s3a://), Kafka is a cluster of 3 KRaft nodes (topics with replication
+3 and min.insync.replicas 2: the [kafka] settings' automatic values with several bootstrap
+servers), the jobs are submitted to a Spark standalone master with 2 workers (client deploy mode:
+a job's driver is its spark-submit process), bridge A and the store service B read and write the
+same S3 warehouse; the same load.
+
+After a warm-up, faults hit in turn (local: broker, store job, subscriptions job, filter job,
+bridge A, store service B; cluster: the Kafka node leading waku.messages-0, a Spark worker with
+its executors, the S3 server, then the same five), each at a random moment of its slot: kill -9
+of the process group, a pause, a restart with the same data, checkpoints, keys and ports. A
+component that dies by itself is restarted too and reported (`unplanned_restarts`). Each fault's
+record says what kept going while it was down (`kept_going`) and when each progress counter
+(store and subscriptions commits, relay publishes, lightpush acks, pushes, store walks) first
+moved after the restart, in seconds from the kill (`recovered_s`); with --topology cluster the
+next fault waits until the counters that fault stops have moved again (RECOVERS). At the end the
+load stops and the checks run:
 
   accepted   distinct messages the bridge acknowledged: every message in Kafka (acks=all) plus
              every lightpush answered 200 (those must be in Kafka too: `lost_in_kafka`)
@@ -48,6 +63,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +73,12 @@ sys.path.insert(0, str(REPO_ROOT))
 from tools.processes import free_port  # noqa: E402 - run as a script: the repository joins sys.path first
 
 CT = "/faults/1/load/proto"
+BUCKET = "waku"
+KAFKA_NODES = 3
+SPARK_WORKERS = 2
+# Task slots a worker offers: store 1, subscriptions 1, filter one per partition of waku.messages
+# (2 here), so either worker alone can take every executor when the other dies.
+SPARK_WORKER_CORES = 4
 PUBSUB = "/waku/2/default-waku/proto"
 ROLES = ("relay", "lightpush", "subscribers", "walker")
 
@@ -405,6 +427,7 @@ class Run:
     tmp: Path
     seed: int
     quick: bool
+    topology: str = "local"
     kafka_port: int = field(default_factory=free_port)
     controller_port: int = field(default_factory=free_port)
     a_port: int = field(default_factory=free_port)
@@ -413,17 +436,65 @@ class Run:
     components: dict[str, Component] = field(default_factory=dict)
     loads: dict[str, subprocess.Popen] = field(default_factory=dict)
     broker: Any = None
+    # --topology cluster: the S3 server (tools.object_store.SeaweedS3), the Kafka cluster
+    # (tools.kafka_cluster.KafkaCluster) and the Spark standalone cluster (tools.spark_cluster)
+    s3: Any = None
+    kafka: Any = None
+    spark: Any = None
+    progress: Any = None  # Progress, once the faults begin
+
+    @property
+    def cluster(self) -> bool:
+        return self.topology == "cluster"
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.kafka_port}"
+        return self.kafka.bootstrap_servers if self.kafka is not None else f"127.0.0.1:{self.kafka_port}"
+
+    def warehouse_overrides(self) -> list[str]:
+        if self.cluster:
+            return self.s3.overrides(BUCKET)  # tables and checkpoints on s3a://
+        return [f"warehouse.root={self.tmp / 'warehouse'}", f"warehouse.checkpoints={self.tmp / 'checkpoints'}"]
+
+    def table(self, name: str) -> str:
+        return f"s3a://{BUCKET}/waku/warehouse/{name}" if self.cluster else str(self.tmp / "warehouse" / name)
+
+    def checkpoint(self, job: str) -> str:
+        return f"s3a://{BUCKET}/waku/checkpoints/{job}" if self.cluster else str(self.tmp / "checkpoints" / job)
+
+    def storage_options(self) -> dict[str, str] | None:
+        return self.s3.settings.storage_options() if self.cluster else None
+
+    def _fs(self, uri: str) -> tuple[Any, str]:
+        """Arrow's file system of a warehouse location, and the path in it."""
+        from pyarrow import fs
+
+        if uri.startswith("s3a://"):
+            # short timeouts: the S3 server may be the component that is down
+            return self.s3.settings.arrow_filesystem(connect_timeout=2, request_timeout=5), uri.split("://", 1)[1]
+        return fs.LocalFileSystem(), uri
+
+    def list_names(self, uri: str) -> list[str]:
+        """The names in a directory of the warehouse (none when it does not exist)."""
+        from pyarrow import fs
+
+        filesystem, path = self._fs(uri)
+        try:
+            infos = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
+        except FileNotFoundError:
+            return []
+        return [i.base_name for i in infos]
+
+    def read_text(self, uri: str) -> str:
+        filesystem, path = self._fs(uri)
+        with filesystem.open_input_stream(path) as f:
+            return f.read().decode()
 
     def overrides(self) -> list[str]:
         return [
             f"kafka.bootstrap_servers={self.bootstrap}",
-            f"warehouse.root={self.tmp / 'warehouse'}",
-            f"warehouse.checkpoints={self.tmp / 'checkpoints'}",
-            "spark.master=local[1]", "spark.shuffle_partitions=2",
+            *self.warehouse_overrides(),
+            f"spark.master={self.spark.url if self.cluster else 'local[1]'}", "spark.shuffle_partitions=2",
             "store.trigger_seconds=1.0", "filter.subscriptions_trigger_seconds=0.5",
             "topics.messages_partitions=2", "topics.subscriptions_partitions=2", "topics.push_partitions=1",
             # the jobs' Prometheus endpoints on free ports (not the defaults another run may hold)
@@ -457,6 +528,11 @@ class Run:
 
     def start_job(self, job: str) -> subprocess.Popen:
         args = [a for item in self.overrides() for a in ("--set", item)]
+        if self.cluster:  # submitted to the standalone master; the driver is this spark-submit
+            from core.config import load_config
+            from tools.local_run import cluster_job_args
+
+            args = cluster_job_args(job, self.spark.url, load_config(self.overrides())) + args
         logf = (self.tmp / "logs" / f"{job}.log").open("ab")
         return subprocess.Popen([str(REPO_ROOT / "spark-submit.sh"), job, *args], stdout=logf,
                                 stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
@@ -471,6 +547,14 @@ class Run:
         setattr(self, f"{name}_addr", addr.replace("0.0.0.0", "127.0.0.1"))
         return bridge.proc
 
+    def restart_kafka_node(self, i: int) -> Any:
+        self.kafka.restart(i)
+        return self.kafka.nodes[i]._proc
+
+    def restart_s3(self) -> Any:
+        self.s3.start()  # the same port, internal ports and data dir
+        return self.s3.proc
+
     def start_load(self, role: str, spec: dict) -> None:
         logf = (self.tmp / "logs" / f"{role}.log").open("ab")
         self.loads[role] = subprocess.Popen(
@@ -478,7 +562,10 @@ class Run:
             stdout=logf, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
 
     def supervise(self) -> None:
-        """Restart anything that died by itself (a supervisor's job: systemd, Kubernetes)."""
+        """Restart anything that died by itself (a supervisor's job: systemd, Kubernetes); follow
+        the recovery of the faults so far."""
+        if self.progress is not None:
+            self.progress.track()
         for c in self.components.values():
             if c.exited() and not c.planned_kill:
                 c.unplanned += 1
@@ -486,11 +573,44 @@ class Run:
                 c.launch()
 
 
+def setup_cluster(run: Run) -> dict[str, Component]:
+    """The S3 server, the 3-node Kafka cluster (topics: replication 3, min.insync.replicas 2) and
+    the Spark master with 2 workers (started beside the other two), each node a component."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tools.kafka_cluster import KafkaCluster
+    from tools.object_store import SeaweedS3
+    from tools.spark_cluster import StandaloneCluster
+
+    run.spark = StandaloneCluster(run.tmp / "spark", workers=SPARK_WORKERS, worker_cores=SPARK_WORKER_CORES,
+                                  worker_memory="2g")
+    with ThreadPoolExecutor(1) as pool:
+        spark_started = pool.submit(run.spark.start)
+        run.s3 = SeaweedS3(run.tmp / "s3")
+        (run.tmp / "s3").mkdir(parents=True, exist_ok=True)
+        run.s3.start()
+        run.s3.create_bucket(BUCKET)
+        run.kafka = KafkaCluster(run.tmp / "kafka", brokers=KAFKA_NODES)
+        run.kafka.start()
+        run.kafka.create_topics({"waku.messages": 2, "waku.subscriptions": 2})
+        spark_started.result()
+    log(f"S3 on {run.s3.endpoint}, Kafka on {run.bootstrap}, Spark master {run.spark.url}")
+    comps: dict[str, Component] = {}
+    for i in range(KAFKA_NODES):
+        comps[f"kafka node {i}"] = Component(f"kafka node {i}", partial(run.restart_kafka_node, i),
+                                             proc=run.kafka.nodes[i]._proc)
+    for i in range(SPARK_WORKERS):
+        comps[f"spark worker {i}"] = Component(f"spark worker {i}", partial(run.spark.restart_worker, i),
+                                               proc=run.spark._procs[f"worker-{i}"])
+    comps["s3"] = Component("s3", run.restart_s3, proc=run.s3.proc)
+    return comps
+
+
 def setup_components(run: Run) -> None:
     for d in ("logs", "bridge", "store-service"):
         (run.tmp / d).mkdir(parents=True, exist_ok=True)
-    comps = {
-        "kafka": Component("kafka", run.start_broker),
+    comps = setup_cluster(run) if run.cluster else {"kafka": Component("kafka", run.start_broker)}
+    comps |= {
         "store job": Component("store job", lambda: run.start_job("store")),
         "subscriptions job": Component("subscriptions job", lambda: run.start_job("subscriptions")),
         "filter job": Component("filter job", lambda: run.start_job("filter")),
@@ -498,21 +618,27 @@ def setup_components(run: Run) -> None:
         "store service": Component("store service", lambda: run.start_bridge("store-service")),
     }
     run.components = comps
-    comps["kafka"].launch()
-    from core.kafka import ensure_topics
+    if not run.cluster:
+        comps["kafka"].launch()
+        from core.kafka import ensure_topics
 
-    ensure_topics(run.bootstrap, {"waku.messages": 2, "waku.subscriptions": 2})
+        ensure_topics(run.bootstrap, {"waku.messages": 2, "waku.subscriptions": 2})
     for name in ("store job", "subscriptions job", "filter job", "bridge", "store service"):
         comps[name].launch()
 
 
-def delta_rows(path: Path, columns: list[str]) -> list[dict] | None:
+def delta_rows(path: Path | str, columns: list[str], storage_options: dict[str, str] | None = None
+               ) -> list[dict] | None:
     from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    from deltalake.exceptions import DeltaError, TableNotFoundError
 
     try:
-        return DeltaTable(str(path)).to_pyarrow_table(columns=columns).to_pylist()
+        return DeltaTable(str(path), storage_options=storage_options).to_pyarrow_table(columns=columns).to_pylist()
     except (TableNotFoundError, OSError):
+        return None
+    except DeltaError:  # an object store that does not answer (the S3 server is down)
+        if storage_options is None:
+            raise
         return None
 
 
@@ -589,13 +715,18 @@ class Offsets(dict):
         return all(self.get(p, 0) >= off for p, off in other.items())
 
 
-def committed_offsets(checkpoint: Path, topic: str) -> Offsets:
+def batch_ids(run: Run, checkpoint: str, kind: str) -> list[int]:
+    """The batch ids in a streaming checkpoint's offsets/ or commits/ (local or on S3)."""
+    return [int(n) for n in run.list_names(f"{checkpoint}/{kind}") if n.isdigit()]
+
+
+def committed_offsets(run: Run, checkpoint: str, topic: str) -> Offsets:
     """The end offsets of the last batch a streaming query committed (its checkpoint's
     offsets/<id> for the highest commits/<id>)."""
-    commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")]
+    commits = batch_ids(run, checkpoint, "commits")
     if not commits:
         return Offsets()
-    last = (checkpoint / "offsets" / str(max(commits))).read_text().strip().splitlines()[-1]
+    last = run.read_text(f"{checkpoint}/offsets/{max(commits)}").strip().splitlines()[-1]
     return Offsets({int(p): off for p, off in json.loads(last).get(topic, {}).items()})
 
 
@@ -619,11 +750,116 @@ def lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+def fault_order(topology: str, quick: bool) -> list[str]:
+    """The kinds of fault of one round, in order ("kafka broker": the node leading
+    waku.messages-0 then; "spark worker": worker 0 in odd rounds, 1 in even ones)."""
+    if topology == "local":
+        return ["kafka", "store job", "subscriptions job", "filter job", "bridge", "store service"]
+    if quick:  # the driver first: its restart (minutes on 2 cores) overlaps the other faults
+        return ["store job", "kafka broker", "spark worker", "s3", "bridge"]
+    return ["kafka broker", "spark worker", "s3", "store job", "subscriptions job", "filter job", "bridge",
+            "store service"]
+
+
+def victim(run: Run, kind: str, round_: int) -> Component:
+    if kind == "kafka broker":
+        leader = run.kafka.replicas(["waku.messages"])[("waku.messages", 0)][0]
+        return run.components[f"kafka node {leader - 1}"]  # node ids are index + 1
+    if kind == "spark worker":
+        return run.components[f"spark worker {round_ % SPARK_WORKERS}"]
+    return run.components[kind]
+
+
+# The counters of Progress that each kind of fault stops and that must move again after it.
+RECOVERS = {
+    "kafka": ("store commits", "pushes", "lightpush acks"),
+    "kafka broker": ("store commits", "pushes", "lightpush acks"),
+    "spark worker": ("store commits", "pushes"),
+    "s3": ("store commits", "walks"),
+    "store job": ("store commits",),
+    "subscriptions job": ("subscriptions commits",),
+    "filter job": ("pushes",),
+    "bridge": ("relay published", "lightpush acks", "pushes"),
+    "store service": ("walks",),
+}
+
+
+class Progress:
+    """Counters that advance while each part of the path works: the load's files (relay
+    publishes, lightpush acknowledgements, pushes, store walks answered) and the last batch the
+    store and subscriptions jobs committed (their checkpoints, local or on S3). A counter that
+    cannot be read now (the S3 server is down) keeps its last value. Sampled at every
+    supervision (about once a second): each restarted fault's `recovered_s` gets, per counter,
+    the seconds from its kill to the counter's first advance after the restart (also while later
+    faults run: a slow recovery does not hold the next fault back)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.values: dict[str, int] = {}
+        self.open: list[tuple[dict[str, Any], dict[str, int], float]] = []  # fault, at restart, killed at
+        self.sample()
+
+    def follow(self, fault: dict[str, Any], at_restart: dict[str, int], killed: float) -> None:
+        fault["recovered_s"] = {}
+        self.open.append((fault, at_restart, killed))
+
+    def track(self) -> None:
+        if not self.open:
+            return
+        now_values, now = self.sample(), time.monotonic()
+        for fault, at_restart, killed in self.open:
+            for k, v in now_values.items():
+                if v > at_restart.get(k, v):
+                    fault["recovered_s"].setdefault(k, round(now - killed, 1))
+        self.open = [o for o in self.open if len(o[0]["recovered_s"]) < len(now_values)]
+
+    def sample(self) -> dict[str, int]:
+        tmp = self.run.tmp
+
+        def size(name: str) -> int:
+            return (tmp / name).stat().st_size if (tmp / name).exists() else 0
+
+        walks = tmp / "walks.txt"
+        self.values.update({"relay published": size("relay.txt"), "lightpush acks": size("lightpush.txt"),
+                            "pushes": size("pushes.txt"),
+                            "walks": walks.read_text().count('"rows"') if walks.exists() else 0})
+        for key, job in (("store commits", "store"), ("subscriptions commits", "subscriptions")):
+            try:
+                self.values[key] = max(batch_ids(self.run, self.run.checkpoint(job), "commits"), default=-1)
+            except OSError:
+                pass
+        return dict(self.values)
+
+    def advanced(self, since: dict[str, int]) -> set[str]:
+        now = self.sample()
+        return {k for k, v in now.items() if v > since.get(k, v)}
+
+
+def recovery_summary(faults: list[dict]) -> dict[str, dict[str, float | None]]:
+    """Per kind of fault, the longest time from a kill to the first advance after the restart of
+    each of its RECOVERS counters (None: one did not recover). Sets each fault's `not_recovered`."""
+    out: dict[str, dict[str, float | None]] = {}
+    for f in faults:
+        kind = f["kind"]
+        f["not_recovered"] = [k for k in RECOVERS[kind] if k not in f["recovered_s"]]
+        for k in RECOVERS[kind]:
+            v = f["recovered_s"].get(k)
+            slot = out.setdefault(kind, {})
+            prev = slot.get(k, 0.0)
+            slot[k] = None if v is None or prev is None else max(prev, v)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--topology", choices=("local", "cluster"), default="local",
+                        help="local: one broker, local-mode jobs, a local warehouse (default); cluster: S3 "
+                             "server, 3 Kafka brokers, a Spark master and 2 workers (docs/reliability.md)")
     parser.add_argument("--quick", action="store_true", help="one fault per component, low load (CI)")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--rounds", type=int, help="fault rounds (each hits all six components); default 2, quick 1")
+    parser.add_argument("--rounds", type=int, help="fault rounds (each hits every component: 6 local, 8 cluster; "
+                                                  "cluster --quick: 5); default 2, quick 1")
+    parser.add_argument("--faults", type=int, help="stop after this many faults (default: every fault of every round)")
     parser.add_argument("--slot", type=float, help="seconds per fault (default 30, quick 20)")
     parser.add_argument("--relay-rate", type=float, help="relay msg/s (default 50, quick 20)")
     parser.add_argument("--lightpush-rate", type=float, help="lightpush requests/s (default 10, quick 5)")
@@ -643,19 +879,19 @@ def main() -> int:
     relay_rate = args.relay_rate or (20.0 if args.quick else 50.0)
     lp_rate = args.lightpush_rate or (5.0 if args.quick else 10.0)
     n_subs = args.subscribers or (3 if args.quick else 8)
-    log(f"seed {seed}; {rounds} round(s) of 6 faults, {slot:.0f} s each; relay {relay_rate:g}/s, "
-        f"lightpush {lp_rate:g}/s, {n_subs} subscribers")
+    order = fault_order(args.topology, args.quick)
+    log(f"seed {seed}; topology {args.topology}; {rounds} round(s) of {len(order)} faults, {slot:.0f} s each; "
+        f"relay {relay_rate:g}/s, lightpush {lp_rate:g}/s, {n_subs} subscribers")
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="waku-faults-"))
     tmp.mkdir(parents=True, exist_ok=True)
-    run = Run(tmp, seed, args.quick)
-    result: dict[str, Any] = {"benchmark": "faults", "seed": seed, "quick": args.quick}
+    run = Run(tmp, seed, args.quick, args.topology)
+    result: dict[str, Any] = {"benchmark": "faults", "topology": args.topology, "seed": seed, "quick": args.quick}
     began = time.monotonic()
     try:
         setup_components(run)
-        msgs_path = tmp / "warehouse" / "messages"
-        subs_path = tmp / "warehouse" / "subscriptions"
-        wait_until("the store and subscriptions tables", lambda: delta_rows(msgs_path, ["digest"]) is not None
-                   and delta_rows(subs_path, ["peer_id"]) is not None, 240, run)
+        msgs_path, subs_path, so = run.table("messages"), run.table("subscriptions"), run.storage_options()
+        wait_until("the store and subscriptions tables", lambda: delta_rows(msgs_path, ["digest"], so) is not None
+                   and delta_rows(subs_path, ["peer_id"], so) is not None, 600 if run.cluster else 240, run)
         a, b = run.bridge_addr, run.__dict__["store-service_addr"]
         run.start_load("subscribers", {"peer": a, "count": n_subs, "seed": seed, "out": str(tmp / "pushes.txt"),
                                        "state": str(tmp / "subscribers.json")})
@@ -670,28 +906,48 @@ def main() -> int:
             walks = tmp / "walks.txt"
             rows = any('"rows": 0' not in ln and '"rows"' in ln for ln in walks.read_text().splitlines()) \
                 if walks.exists() else False
-            return len(clients) == n_subs and rows
+            # the cluster's jobs start slowly: the faults begin once the store job has committed too
+            committed = not run.cluster or bool(batch_ids(run, run.checkpoint("store"), "commits"))
+            return len(clients) == n_subs and rows and committed
 
         flows = wait_until("pushes to every subscriber and rows in store walks", flowing, 600, run)
         startup = time.monotonic() - began
         log(f"flowing after {startup:.0f} s; warm-up {slot:.0f} s")
         pause(slot, run)
-        order = ["kafka", "store job", "subscriptions job", "filter job", "bridge", "store service"]
         faults: list[dict] = []
-        for r in range(rounds):
-            for name in order:
-                c = run.components[name]
-                at = rng.uniform(0.1, 0.5) * slot
-                pause(at, run)
-                down = rng.uniform(1.0, 5.0)
-                log(f"round {r + 1}: kill -9 {name} (pid {c.pid}); restart in {down:.1f} s")
-                c.kill9()
-                time.sleep(down)
-                t0 = time.monotonic()
-                c.launch()
-                faults.append({"component": name, "down_s": round(down, 1),
-                               "restart_s": round(time.monotonic() - t0, 1)})
-                pause(slot - at, run)
+        progress = run.progress = Progress(run)
+        for r, kind in [(r, kind) for r in range(rounds) for kind in order][:args.faults]:
+            c = victim(run, kind, r)
+            at = rng.uniform(0.1, 0.5) * slot
+            pause(at, run)
+            down = rng.uniform(1.0, 5.0)
+            log(f"round {r + 1}: kill -9 {c.name} (pid {c.pid}); restart in {down:.1f} s")
+            before = progress.sample()
+            killed = time.monotonic()
+            c.kill9()
+            kept_going: set[str] = set()
+            while time.monotonic() - killed < down:  # what goes on without it
+                kept_going |= progress.advanced(before)
+                time.sleep(0.5)
+            t0 = time.monotonic()
+            c.launch()
+            fault: dict[str, Any] = {"kind": kind, "component": c.name, "down_s": round(t0 - killed, 1),
+                                     "restart_s": round(time.monotonic() - t0, 1)}
+            if c.name.startswith("kafka node"):  # its replicas catch up from the others
+                try:
+                    fault["in_sync_s"] = round(run.kafka.wait_in_sync(["waku.messages", "waku.subscriptions"],
+                                                                      300), 1)
+                except Exception as exc:  # noqa: BLE001 - EmbeddedKafkaError: reported, the run goes on
+                    log(f"{c.name}: {exc}")
+                    fault["in_sync_s"] = None
+            fault["kept_going"] = sorted(kept_going)
+            progress.follow(fault, progress.sample(), killed)
+            log(f"round {r + 1}: {c.name}: {fault}")
+            faults.append(fault)
+            pause(slot - at, run)
+        pushes_before = len(lines(tmp / "pushes.txt")) // 2
+        pushes_resumed = wait_until("pushes after the last fault",
+                                    lambda: len(lines(tmp / "pushes.txt")) // 2 > pushes_before, 300, run)
         log("faults done; stopping the load (the subscribers stay, frozen, until the table is compared)")
         run.loads["subscribers"].send_signal(signal.SIGUSR1)
         stop_loads([run.loads[role] for role in ("relay", "lightpush", "walker")])
@@ -705,18 +961,18 @@ def main() -> int:
 
         def caught_up() -> bool:
             nonlocal stored_rows
-            stored_rows = delta_rows(msgs_path, ["message_hash", "received_time", "digest", "content_topic"]) or []
+            stored_rows = delta_rows(msgs_path, ["message_hash", "received_time", "digest", "content_topic"], so) or []
             have = {r["message_hash"].hex() for r in stored_rows}
             return accepted <= have
 
-        store_checkpoint = tmp / "checkpoints" / "store"
+        store_checkpoint = run.checkpoint("store")
 
         def store_progress() -> tuple[int, int, int]:
             # A restarted job on a loaded machine may take minutes to start: its log grows, then
             # it plans (offsets/) and commits (commits/) batches.
             log_file = tmp / "logs" / "store.log"
-            return (len(list((store_checkpoint / "offsets").glob("[0-9]*"))),
-                    len(list((store_checkpoint / "commits").glob("[0-9]*"))),
+            return (max(batch_ids(run, store_checkpoint, "offsets"), default=-1),
+                    max(batch_ids(run, store_checkpoint, "commits"), default=-1),
                     log_file.stat().st_size if log_file.exists() else 0)
 
         wait_until("the store job to store every accepted message", caught_up, 180, run, progress=store_progress)
@@ -732,7 +988,7 @@ def main() -> int:
             nonlocal have_subs, want
             state = read_json(tmp / "subscribers.json")
             want = {(c["peer"], ct) for c in state.get("clients", []) for ct in c["criteria"]}
-            rows = delta_rows(subs_path, ["peer_id", "content_topic", "bridge_id"]) or []
+            rows = delta_rows(subs_path, ["peer_id", "content_topic", "bridge_id"], so) or []
             have_subs = {(r["peer_id"], r["content_topic"]) for r in rows if r["bridge_id"] == a_id}
             return have_subs == want
 
@@ -740,7 +996,7 @@ def main() -> int:
         # its batches take minutes on two cores); then the table must equal the answers.
         end = topic_end_offsets(run.bootstrap, "waku.subscriptions")
         caught = wait_until("the subscriptions job to apply every event",
-                            lambda: committed_offsets(tmp / "checkpoints" / "subscriptions",
+                            lambda: committed_offsets(run, run.checkpoint("subscriptions"),
                                                       "waku.subscriptions") >= end,
                             900, run)
         subscriptions_match = wait_until("the subscriptions table to match", subs_match, 60, run)
@@ -771,6 +1027,8 @@ def main() -> int:
         result.update({
             "faults": len(faults),
             "fault_log": faults,
+            "recovery_s": recovery_summary(faults),
+            "pushes_resumed": pushes_resumed,
             "unplanned_restarts": {c.name: c.unplanned for c in run.components.values() if c.unplanned},
             "startup_s": round(startup, 1),
             "flowing_before_faults": flows,
@@ -815,8 +1073,14 @@ def main() -> int:
                     c.kill9()
         if run.broker is not None:
             run.broker.stop()
+        for stop in (run.kafka, run.spark, run.s3):
+            if stop is not None:
+                try:
+                    stop.stop()
+                except Exception as exc:  # noqa: BLE001 - the rest is stopped all the same
+                    log(f"stopping {type(stop).__name__}: {exc}")
     for key in ("faults", "accepted", "stored", "lost", "duplicated", "push_duplicates", "subscriptions_match",
-                "walks", "walks_inexact", "final_walk_exact", "unplanned_restarts"):
+                "walks", "walks_inexact", "final_walk_exact", "unplanned_restarts", "recovery_s", "pushes_resumed"):
         log(f"{key}: {result.get(key)}")
     print(json.dumps(result))
     ok = (result.get("lost") == 0 and result.get("duplicated") == 0 and result.get("lost_in_kafka") == 0
