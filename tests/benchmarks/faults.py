@@ -1083,6 +1083,7 @@ def main() -> int:
                 "walks", "walks_inexact", "final_walk_exact", "unplanned_restarts", "recovery_s", "pushes_resumed"):
         log(f"{key}: {result.get(key)}")
     print(json.dumps(result))
+    (tmp / "result.json").write_text(json.dumps(result, indent=1))  # beside the logs (--keep)
     ok = (result.get("lost") == 0 and result.get("duplicated") == 0 and result.get("lost_in_kafka") == 0
           and result.get("subscriptions_match") and result.get("final_walk_exact") and result.get("walks_inexact") == 0)
     return 0 if ok else 1
