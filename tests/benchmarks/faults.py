@@ -850,6 +850,11 @@ def recovery_summary(faults: list[dict]) -> dict[str, dict[str, float | None]]:
     return out
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    log("SIGTERM: stopping everything this run started")
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topology", choices=("local", "cluster"), default="local",
@@ -872,6 +877,9 @@ def main() -> int:
         {"relay": role_relay, "lightpush": role_lightpush, "subscribers": role_subscribers,
          "walker": role_walker}[args.role](json.loads(args.spec))
         return 0
+    # SIGTERM (a test's timeout, a supervisor) ends the run through its `finally`, which stops
+    # every process it started: they run in sessions of their own and would outlive it.
+    signal.signal(signal.SIGTERM, _terminated)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     rounds = args.rounds or (1 if args.quick else 2)
