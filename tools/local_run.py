@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 
 from core.config import REPO_ROOT, Config, ConfigError, add_config_arguments, config_from_args, load_config
+from tools.processes import stop_processes
 
 log = logging.getLogger("waku.local_run")
 
@@ -109,16 +109,11 @@ def _submit(job: str, args: list[str], logs: Path) -> subprocess.Popen:
 
 
 def _stop_jobs(jobs: dict[str, subprocess.Popen]) -> None:
-    """SIGTERM to every running job's process group, then up to 60 s each before SIGKILL."""
+    """SIGTERM to every running job's process group, then up to 60 s before SIGKILL."""
     for job, proc in jobs.items():
         if proc.poll() is None:
             log.info("stopping the %s job", job)
-            os.killpg(proc.pid, signal.SIGTERM)
-    for proc in jobs.values():
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    stop_processes(jobs.values(), 60, group=True)
 
 
 def _watch(config: Config, procs: dict[str, subprocess.Popen], logs: Path, stop: threading.Event,

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -109,6 +109,48 @@ def jvm_threads_cpu_s(pgid: int) -> dict[str, float]:
     return out
 
 
+def stop_processes(procs: Iterable[subprocess.Popen], grace_s: float, *, group: bool = False) -> None:
+    """SIGTERM to each running process (with `group`, to the process group it leads: a job and
+    the JVMs it started), then up to `grace_s` in all for them (with `group`, every member of
+    their groups) to exit; SIGKILL what is left."""
+    procs = list(procs)
+
+    def signal_(proc: subprocess.Popen, sig: signal.Signals) -> None:
+        try:
+            os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def group_left(proc: subprocess.Popen) -> bool:
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    for proc in procs:
+        if proc.poll() is None:
+            signal_(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            signal_(proc, signal.SIGKILL)
+            proc.wait()
+        while group and group_left(proc):
+            if time.monotonic() >= deadline:
+                signal_(proc, signal.SIGKILL)
+                break
+            time.sleep(0.05)
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float, *, group: bool = False) -> int:
+    """`stop_processes` of one process; returns its exit code."""
+    stop_processes([proc], grace_s, group=group)
+    return proc.returncode
+
+
 def bridge_command(overrides: Sequence[str] = (), config_file: str | None = None) -> list[str]:
     """argv of `waku-bridge run` with `--set` overrides (same interpreter, works without install)."""
     cmd = [sys.executable, "-m", "ingest.cli", "run"]
@@ -160,14 +202,7 @@ class BridgeProcess:
 
     def stop(self, timeout: float = 60.0) -> int:
         """SIGTERM, wait for the flush and exit; SIGKILL after `timeout`. Returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return stop_process(self.proc, timeout)
 
 
 def start_bridge(

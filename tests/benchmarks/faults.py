@@ -70,7 +70,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tools.processes import free_port  # noqa: E402 - run as a script: the repository joins sys.path first
+from tools.processes import free_port, stop_processes  # noqa: E402 - run as a script: the repository joins sys.path first
 
 CT = "/faults/1/load/proto"
 BUCKET = "waku"
@@ -736,14 +736,8 @@ def read_json(path: Path) -> dict:
 
 
 def stop_loads(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM to each load process, then up to 30 s for each to finish its files, else kill."""
-    for p in procs:
-        p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    """SIGTERM to each load process, then up to 30 s for them to finish their files, else kill."""
+    stop_processes(procs, 30)
 
 
 def lines(path: Path) -> list[str]:

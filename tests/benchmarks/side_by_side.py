@@ -76,7 +76,7 @@ from tests.benchmarks.relay_flat_out import (  # noqa: E402
     total,
 )
 from tests.benchmarks.stats import latency_summary, rate  # noqa: E402
-from tools.processes import free_port, group_cpu_s, proc_cpu_s  # noqa: E402
+from tools.processes import free_port, group_cpu_s, proc_cpu_s, stop_process  # noqa: E402
 
 NODE_BIN = REPO_ROOT / ".cache" / "interop" / "gowaku-node"
 NODE_BUILD = REPO_ROOT / "tests" / "interop" / "gowaku-node" / "build.sh"
@@ -206,13 +206,7 @@ def start_gowaku(tmp: Path) -> Side:
             time.sleep(0.05)
 
     def stop() -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, 30)
 
     def stored() -> int:
         try:

@@ -7,12 +7,13 @@ Its own broker, jobs and bridges (it kills them), on free ports in a temporary d
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tools.processes import stop_process
 
 pytestmark = pytest.mark.integration
 
@@ -33,13 +34,7 @@ def run_faults(args: list[str], work: Path, timeout_s: float) -> tuple[int, dict
         try:
             code = proc.wait(timeout_s)
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(180)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(proc, 180)
     stderr = err.read_text()
     print(stderr[-6000:])
     lines = [ln for ln in out.read_text().strip().splitlines() if ln.startswith("{")]
