@@ -69,7 +69,7 @@ class SubscriptionEvent(_message.Message):
     def __init__(self, peer_id: _Optional[str] = ..., bridge_id: _Optional[str] = ..., op: _Optional[_Union[SubscriptionOp, str]] = ..., pubsub_topic: _Optional[str] = ..., content_topics: _Optional[_Iterable[str]] = ..., event_time: _Optional[float] = ..., request_id: _Optional[str] = ..., protocol: _Optional[str] = ...) -> None: ...
 
 class PushRecord(_message.Message):
-    __slots__ = ("peer_id", "pubsub_topic", "message", "message_hash", "protocol", "request_id", "received_time")
+    __slots__ = ("peer_id", "pubsub_topic", "message", "message_hash", "protocol", "request_id", "received_time", "source_partition", "source_offset")
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     PUBSUB_TOPIC_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,8 @@ class PushRecord(_message.Message):
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_TIME_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     peer_id: str
     pubsub_topic: str
     message: _waku_message_pb2.WakuMessage
@@ -84,4 +86,6 @@ class PushRecord(_message.Message):
     protocol: str
     request_id: str
     received_time: float
-    def __init__(self, peer_id: _Optional[str] = ..., pubsub_topic: _Optional[str] = ..., message: _Optional[_Union[_waku_message_pb2.WakuMessage, _Mapping]] = ..., message_hash: _Optional[bytes] = ..., protocol: _Optional[str] = ..., request_id: _Optional[str] = ..., received_time: _Optional[float] = ...) -> None: ...
+    source_partition: int
+    source_offset: int
+    def __init__(self, peer_id: _Optional[str] = ..., pubsub_topic: _Optional[str] = ..., message: _Optional[_Union[_waku_message_pb2.WakuMessage, _Mapping]] = ..., message_hash: _Optional[bytes] = ..., protocol: _Optional[str] = ..., request_id: _Optional[str] = ..., received_time: _Optional[float] = ..., source_partition: _Optional[int] = ..., source_offset: _Optional[int] = ...) -> None: ...

@@ -62,6 +62,9 @@ MESSAGES = [
         content_topics=["a"], event_time=1.25, request_id="r", protocol="v2"),
     pipeline_records_pb2.PushRecord(peer_id="peer", pubsub_topic="p", message=waku(),
                                     message_hash=b"\x00" * 32, protocol="v00", request_id="r"),
+    pipeline_records_pb2.PushRecord(peer_id="peer", pubsub_topic="p", message=waku(), message_hash=b"\x01" * 32,
+                                    protocol="v2", received_time=1700000000.5, source_partition=0,
+                                    source_offset=2**40 + 7),
 ]
 
 
@@ -105,7 +108,8 @@ SPEC: dict[str, dict[str, tuple[int, str]]] = {
                                            "protocol": (8, "string")},
     "waku.pipeline.v1.PushRecord": {"peer_id": (1, "string"), "pubsub_topic": (2, "string"), "message": (3, "msg"),
                                     "message_hash": (4, "bytes"), "protocol": (5, "string"),
-                                    "request_id": (6, "string")},
+                                    "request_id": (6, "string"), "received_time": (7, "double"),
+                                    "source_partition": (8, "varint"), "source_offset": (9, "varint")},
 }
 
 
@@ -192,6 +196,16 @@ def test_optional_fields_keep_presence():
     back = W.FromString(zero.SerializeToString())
     assert back.HasField("version") and back.HasField("timestamp") and back.HasField("meta")
     assert not W.FromString(W().SerializeToString()).HasField("timestamp")
+
+
+def test_push_record_source_coordinates_keep_presence():
+    """Partition 0 at offset 0 is a real source record; unset means unknown (the pusher falls
+    back to hash de-duplication)."""
+    P = pipeline_records_pb2.PushRecord
+    zero = P.FromString(P(peer_id="p", source_partition=0, source_offset=0).SerializeToString())
+    assert zero.HasField("source_partition") and zero.HasField("source_offset")
+    unset = P.FromString(P(peer_id="p").SerializeToString())
+    assert not unset.HasField("source_partition") and not unset.HasField("source_offset")
 
 
 def test_store_cursor_double_is_bit_exact():
