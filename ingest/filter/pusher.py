@@ -4,7 +4,8 @@ filter job) and sends each match to its peer over the existing connection.
 A Kafka consumer thread (kafka-python; no group: it starts at the end of the topic, pushes are
 live only) hands batches of values to trio through ``TrioToken.run_sync_soon``. On the trio
 side each record is checked against the bridge's view (a peer that unsubscribed since the job
-matched gets nothing), de-duplicated by message hash per peer, and queued to that peer's
+matched gets nothing), de-duplicated per peer (``Dedup``: the source offset's high-water mark per
+source partition, and the last message hashes), and queued to that peer's
 ``PeerPusher``: MessagePush{waku_message, pubsub_topic} for v2, FilterRPC{requestId, push} for v00.
 
 Streams. A push stream per message costs a multistream-select round trip and ~3 ms of CPU; a
@@ -161,24 +162,55 @@ class PushConsumer:
             consumer.close()
 
 
+REPLAYED = "replayed"
+DUPLICATE = "duplicate"
+
+
 class Dedup:
-    """Per peer, the last `size` message hashes pushed."""
+    """Which push records a peer already got, in bounded memory: per peer the last `size` message
+    hashes admitted, and per (peer, source partition of waku.messages) the highest source offset
+    admitted (a high-water mark: one integer per partition, however long a replay is).
+
+    The mark is sound because the filter job writes a source partition's records of a peer in
+    offset order wherever it sets the coordinates (pipeline/filter/matching.source_ordered): a
+    record at or below the mark comes again from a restarted or retried filter task (its replay
+    of up to an epoch, beyond any hash memory). Records from different partitions interleave
+    freely. The hashes stay for what the mark cannot see: the same message relayed by two
+    bridges (two source records) and records without coordinates (a shuffled join)."""
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._seen: dict[str, collections.OrderedDict[bytes, None]] = {}
+        self._marks: dict[str, dict[int, int]] = {}
 
-    def first(self, peer: str, message_hash: bytes) -> bool:
-        seen = self._seen.setdefault(peer, collections.OrderedDict())
+    def admit(self, peer: str, message_hash: bytes, partition: int = -1, offset: int = -1) -> str | None:
+        """None when the record is new to `peer`, and it is remembered (its hash, and its offset
+        as the partition's mark); else why it is dropped: REPLAYED (at or below the mark of its
+        source partition) or DUPLICATE (its hash among the last `size`). A negative partition or
+        offset: no coordinates, hashes only."""
+        known = partition >= 0 and offset >= 0
+        if known:
+            marks = self._marks.get(peer)
+            if marks is None:
+                marks = self._marks[peer] = {}
+            if offset <= marks.get(partition, -1):
+                return REPLAYED
+            # A later offset of the partition: the records before it reached this point already
+            # (in order), so the mark moves even when this one is a hash duplicate.
+            marks[partition] = offset
+        seen = self._seen.get(peer)
+        if seen is None:
+            seen = self._seen[peer] = collections.OrderedDict()
         if message_hash in seen:
-            return False
+            return DUPLICATE
         seen[message_hash] = None
         if len(seen) > self.size:
             seen.popitem(last=False)
-        return True
+        return None
 
     def forget(self, peer: str) -> None:
         self._seen.pop(peer, None)
+        self._marks.pop(peer, None)
 
 
 PUSHES_IN_FLIGHT = 8  # per peer: streams being opened at a time (each costs a round trip)

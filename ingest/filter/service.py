@@ -377,8 +377,12 @@ class FilterService:
             if crit is None:
                 outcomes["not_subscribed"] += 1
                 continue
-            if not dedup.first(peer, rec.message_hash):
-                outcomes["duplicate"] += 1
+            if rec.HasField("source_offset"):
+                dropped = dedup.admit(peer, rec.message_hash, rec.source_partition, rec.source_offset)
+            else:
+                dropped = dedup.admit(peer, rec.message_hash)
+            if dropped is not None:
+                outcomes[dropped] += 1  # "replayed" or "duplicate"
                 continue
             if crit.protocol == "v00":
                 request_id = crit.request_id or rec.request_id

@@ -85,11 +85,11 @@ def test_ttl_and_unreachable():
 
 def test_dedup_per_peer_bounded():
     d = Dedup(2)
-    assert d.first("p", b"1") and not d.first("p", b"1") and d.first("q", b"1")
-    assert d.first("p", b"2") and d.first("p", b"3")
-    assert d.first("p", b"1")  # evicted (bound 2)
+    assert d.admit("p", b"1") is None and d.admit("p", b"1") == "duplicate" and d.admit("q", b"1") is None
+    assert d.admit("p", b"2") is None and d.admit("p", b"3") is None
+    assert d.admit("p", b"1") is None  # evicted (bound 2)
     d.forget("p")
-    assert d.first("p", b"3")
+    assert d.admit("p", b"3") is None
 
 
 def test_codec_helpers():
