@@ -1,5 +1,6 @@
 """The JVM tests' protobuf vectors: real encodings by Python's protobuf (the bridge's encoder) of
-WakuMessages, IngestRecords with the PushRecords PushEncode must make of them, and a
+WakuMessages, IngestRecords with the PushRecords PushEncode must make of them (without and with
+the source record's Kafka coordinates), and a
 SubscriptionEvent, with the values each holds; written to jvm/test/vectors.json.
 
     python jvm/test/make_vectors.py           # rewrite jvm/test/vectors.json
@@ -24,6 +25,9 @@ from schemas import waku_message_pb2 as wm  # noqa: E402
 
 # An unknown field (number 99, a varint): a newer peer's addition, kept by decoders that copy.
 UNKNOWN_FIELD = bytes([0x98, 0x06, 0x2A])
+# The source coordinates of the `push_with_source` vectors (an offset past 32 bits).
+SOURCE_PARTITION = 3
+SOURCE_OFFSET = 2**33 + 5
 
 
 def message_fields(m: wm.WakuMessage) -> dict[str, Any]:
@@ -68,7 +72,9 @@ def messages() -> list[dict[str, Any]]:
 
 
 def ingests() -> list[dict[str, Any]]:
-    """IngestRecords and the PushRecord of each for peer "16Uiu2peer", hash 0xab*32, "v2", "req-1"."""
+    """IngestRecords and the PushRecord of each for peer "16Uiu2peer", hash 0xab*32, "v2", "req-1":
+    `push` without source coordinates, `push_with_source` from partition SOURCE_PARTITION at
+    offset SOURCE_OFFSET."""
     message = wm.WakuMessage(payload=b"push me", content_topic="/app/1/push/proto", timestamp=42).SerializeToString()
     odd_message = message + UNKNOWN_FIELD  # copied byte for byte, never re-encoded
     cases = [
@@ -87,8 +93,11 @@ def ingests() -> list[dict[str, Any]]:
                                   protocol="v2", request_id="req-1", received_time=ingest.received_time)
         push.message.CopyFrom(ingest.message)
         assert push.message.SerializeToString() == raw  # unknown fields kept, in place
+        with_source = records.PushRecord()
+        with_source.CopyFrom(push)
+        with_source.source_partition, with_source.source_offset = SOURCE_PARTITION, SOURCE_OFFSET
         out.append({"name": name, "hex": ingest.SerializeToString().hex(), "message": raw.hex(),
-                    "push": push.SerializeToString().hex()})
+                    "push": push.SerializeToString().hex(), "push_with_source": with_source.SerializeToString().hex()})
     return out
 
 

@@ -11,6 +11,10 @@
 * No Python on the hot path: IngestRecords are decoded by the JVM UDF ProtoDecode and the
   PushRecord bytes are built by the JVM UDF PushEncode (jvm/src/waku/pipeline/PushEncode.java),
   which copies the WakuMessage bytes as relayed.
+* Each PushRecord carries its source record's Kafka partition and offset in waku.messages where
+  the plan keeps a source partition's records in offset order to the sink (`source_ordered`):
+  the bridge's pusher drops a record at or below the highest offset it already pushed to that
+  peer from that partition, which is what a restarted or retried task's replay is.
 * Trigger: micro-batch (processingTime filter.trigger_seconds) or Spark's real-time mode
   (filter.trigger = "realtime"), selected by configuration. Real-time mode admits no shuffle
   (SortMergeJoin is refused), so there the criteria are broadcast explicitly, and the static side
@@ -33,7 +37,7 @@ from pipeline.spark.records import decode_ingest_records
 from pipeline.spark.session import register_java_function
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from pipeline.spark.metrics import JobMetrics
@@ -57,10 +61,41 @@ def live_subscriptions(spark: SparkSession, settings: FilterJobSettings) -> Data
         "pubsub_topic", "content_topic", "peer_id", "bridge_id", "protocol", "request_id")
 
 
+def source_ordered(settings: FilterJobSettings) -> bool:
+    """Whether the job's plan writes each source partition's push records in offset order, so
+    that they may carry their source coordinates (PushRecord fields 8 and 9).
+
+    The pusher's high-water mark per (peer, source partition) is only sound when a peer's records
+    from one partition of waku.messages reach its push topic in offset order: then a record at or
+    below the mark was already delivered (a replay). That holds when nothing sits between the
+    Kafka source and the Kafka sink but narrow operators: each Spark partition is one Kafka
+    partition's offset range, read, matched and produced in order by one task (one idempotent
+    producer keeps that order in the push partition), and batches or epochs follow one another.
+    Resident criteria (a UDF lookup and explode) and the explicit broadcast join of real-time mode
+    are such plans. A micro-batch join with Delta `subscriptions` may be a sort-merge join whose
+    shuffle interleaves a partition's records across tasks: there the coordinates stay unset and
+    the pusher de-duplicates by message hash only (a replay longer than filter.dedup_per_peer
+    hashes would be pushed again). The Kafka source must not split a partition's range across
+    tasks either (its minPartitions option, which kafka_io does not set).
+    """
+    return settings.criteria == "resident" or settings.trigger == "realtime"
+
+
+def _push_value(fn: str, peer_id: Column, protocol: Column, request_id: Column, ordered: bool) -> Column:
+    if ordered:
+        partition, offset = F.col("kafka_partition"), F.col("kafka_offset")
+    else:
+        partition, offset = F.lit(None).cast("int"), F.lit(None).cast("bigint")
+    return F.call_function(fn, F.col("raw_value"), peer_id, F.col("message_hash"), protocol, request_id,
+                           partition, offset)
+
+
 def matches(messages: DataFrame, subscriptions: DataFrame, push_prefix: str,
-            broadcast: bool = False) -> DataFrame:
+            broadcast: bool = False, ordered: bool | None = None) -> DataFrame:
     """Decoded ingest records ⋈ criteria -> Kafka sink rows (topic, key, value). `broadcast`
-    forces a broadcast of the criteria (real-time mode allows no shuffle); otherwise Spark chooses."""
+    forces a broadcast of the criteria (real-time mode allows no shuffle); otherwise Spark chooses.
+    `ordered` (default: `broadcast`): the plan keeps each source partition's order, so the push
+    records carry their source coordinates (`source_ordered`)."""
     spark = messages.sparkSession
     fn = register_push_encoder(spark)
     if broadcast:
@@ -69,8 +104,8 @@ def matches(messages: DataFrame, subscriptions: DataFrame, push_prefix: str,
     return joined.select(
         F.concat(F.lit(push_prefix), F.col("bridge_id")).alias("topic"),
         F.col("peer_id").cast("binary").alias("key"),
-        F.call_function(fn, F.col("raw_value"), F.col("peer_id"), F.col("message_hash"),
-                        F.col("protocol"), F.col("request_id")).alias("value"),
+        _push_value(fn, F.col("peer_id"), F.col("protocol"), F.col("request_id"),
+                    broadcast if ordered is None else ordered).alias("value"),
     )
 
 
@@ -81,22 +116,22 @@ def message_stream(spark: SparkSession, settings: FilterJobSettings) -> DataFram
     msgs = decode_ingest_records(source)
     return msgs.where(F.col("decoded") & F.col("has_message") & F.col("content_topic").isNotNull()
                       & (F.col("content_topic") != "")).select(
-        "pubsub_topic", "content_topic", "message_hash", "raw_value")
+        "pubsub_topic", "content_topic", "message_hash", "raw_value", "kafka_partition", "kafka_offset")
 
 
 def resident_matches(messages: DataFrame, config: str, push_prefix: str) -> DataFrame:
     """Decoded ingest records looked up in the resident criteria index (pipeline/filter/criteria.py)
-    -> Kafka sink rows (topic, key, value): one row per (message, live subscriber)."""
+    -> Kafka sink rows (topic, key, value): one row per (message, live subscriber). A lookup and
+    an explode: no shuffle, so the push records carry their source coordinates (`source_ordered`)."""
     spark = messages.sparkSession
     fn = register_push_encoder(spark)
     register_match(spark)
-    joined = messages.select("message_hash", "raw_value", F.explode(
+    joined = messages.select("message_hash", "raw_value", "kafka_partition", "kafka_offset", F.explode(
         subscribers(F.col("pubsub_topic"), F.col("content_topic"), config)).alias("s"))
     return joined.select(
         F.concat(F.lit(push_prefix), F.col("s.bridge_id")).alias("topic"),
         F.col("s.peer_id").cast("binary").alias("key"),
-        F.call_function(fn, F.col("raw_value"), F.col("s.peer_id"), F.col("message_hash"),
-                        F.col("s.protocol"), F.col("s.request_id")).alias("value"),
+        _push_value(fn, F.col("s.peer_id"), F.col("s.protocol"), F.col("s.request_id"), True).alias("value"),
     )
 
 
@@ -105,8 +140,9 @@ def build_filter_stream(spark: SparkSession, settings: FilterJobSettings) -> Dat
         config = prepare_index(spark, settings)
         warm_up(spark, config)
         return resident_matches(message_stream(spark, settings), config, settings.push_prefix)
+    realtime = settings.trigger == "realtime"
     return matches(message_stream(spark, settings), live_subscriptions(spark, settings),
-                   settings.push_prefix, broadcast=settings.trigger == "realtime")
+                   settings.push_prefix, broadcast=realtime, ordered=source_ordered(settings))
 
 
 def check_task_slots(spark: SparkSession, settings: FilterJobSettings) -> None:

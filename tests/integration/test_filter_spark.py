@@ -72,16 +72,20 @@ def test_push_encoder_copies_the_message_bytes(spark):
     msg = WakuMessage(payload=b"\x00hello", content_topic="/t/1/x/proto", timestamp=123, ephemeral=True)
     rec = pr.IngestRecord(pubsub_topic=PT, message=msg, received_time=1.5, source=pr.RELAY, bridge_id="B")
     fn = register_push_encoder(spark)
-    df = spark.createDataFrame([(rec.SerializeToString(), "peerA", b"\x01" * 32, "v00", "rid"),
-                                (b"\xff\xff", "peerA", b"", "v2", "")],
-                               "raw binary, peer string, h binary, proto string, rid string")
-    out = df.select(F.call_function(fn, "raw", "peer", "h", "proto", "rid").alias("v")).collect()
+    df = spark.createDataFrame([(rec.SerializeToString(), "peerA", b"\x01" * 32, "v00", "rid", 3, 2**40),
+                                (b"\xff\xff", "peerA", b"", "v2", "", 0, 0),
+                                (rec.SerializeToString(), "peerA", b"\x01" * 32, "v00", "rid", None, None)],
+                               "raw binary, peer string, h binary, proto string, rid string, p int, o long")
+    out = df.select(F.call_function(fn, "raw", "peer", "h", "proto", "rid", "p", "o").alias("v")).collect()
     push = pr.PushRecord.FromString(out[0].v)
     assert (push.peer_id, push.pubsub_topic, push.message_hash, push.protocol, push.request_id) == (
         "peerA", PT, b"\x01" * 32, "v00", "rid")
     assert push.message == msg
     assert push.received_time == 1.5  # a restarted bridge drops pushes received before its start
+    assert (push.source_partition, push.source_offset) == (3, 2**40)  # the pusher's replay mark
     assert out[1].v is None
+    unknown = pr.PushRecord.FromString(out[2].v)  # a shuffled join's: no coordinates
+    assert not unknown.HasField("source_offset") and unknown.message == msg
 
 
 def test_a_peer_that_moves_bridges_keeps_its_new_subscriptions(spark, tmp_path):

@@ -3,22 +3,27 @@ package waku.pipeline;
 import com.google.protobuf.ByteString;
 import com.google.protobuf.CodedOutputStream;
 
-import org.apache.spark.sql.api.java.UDF5;
+import org.apache.spark.sql.api.java.UDF7;
 
 import java.io.IOException;
 
 /**
  * The filter job's encoder (the counterpart of {@link ProtoDecode} for one message):
- * {@code (IngestRecord bytes, peer_id, message_hash, protocol, request_id) -> PushRecord bytes}.
+ * {@code (IngestRecord bytes, peer_id, message_hash, protocol, request_id, source_partition,
+ * source_offset) -> PushRecord bytes}.
  *
  * <p>The WakuMessage is copied from the IngestRecord (field 2) byte for byte, never re-encoded,
  * so a push carries exactly what was relayed; the pubsub topic is IngestRecord field 1.
  * PushRecord (schemas/pipeline_records.proto): 1 peer_id, 2 pubsub_topic, 3 message,
  * 4 message_hash, 5 protocol, 6 request_id, 7 received_time (IngestRecord field 3, copied when
- * set). Null input, bytes that do not parse or a record
+ * set), 8 source_partition and 9 source_offset (the IngestRecord's Kafka coordinates in
+ * waku.messages; written, zeros included, when both are given and not negative, else both left
+ * out: the filter job passes nulls where its plan does not keep a source partition's order, see
+ * pipeline/filter/matching.py). Null input, bytes that do not parse or a record
  * without message -> null (the filter job drops such rows before; this is a guard).
  */
-public final class PushEncode implements UDF5<byte[], String, byte[], String, String, byte[]> {
+public final class PushEncode
+    implements UDF7<byte[], String, byte[], String, String, Integer, Long, byte[]> {
   private static final long serialVersionUID = 1L;
 
   private static final int INGEST_PUBSUB_TOPIC = 1;
@@ -26,10 +31,12 @@ public final class PushEncode implements UDF5<byte[], String, byte[], String, St
   private static final int INGEST_RECEIVED_TIME = 3;
 
   @Override
-  public byte[] call(byte[] ingest, String peerId, byte[] messageHash, String protocol, String requestId) {
+  public byte[] call(byte[] ingest, String peerId, byte[] messageHash, String protocol, String requestId,
+      Integer sourcePartition, Long sourceOffset) {
     if (ingest == null || peerId == null) {
       return null;
     }
+    boolean source = sourcePartition != null && sourceOffset != null && sourcePartition >= 0 && sourceOffset >= 0;
     ByteString topic = ByteString.EMPTY;
     ByteString message = null;
     double receivedTime = 0.0;
@@ -69,6 +76,10 @@ public final class PushEncode implements UDF5<byte[], String, byte[], String, St
     if (receivedTime != 0.0) {
       size += CodedOutputStream.computeDoubleSize(7, receivedTime);
     }
+    if (source) {
+      size += CodedOutputStream.computeInt32Size(8, sourcePartition)
+          + CodedOutputStream.computeInt64Size(9, sourceOffset);
+    }
     byte[] out = new byte[size];
     CodedOutputStream cos = CodedOutputStream.newInstance(out);
     try {
@@ -88,6 +99,10 @@ public final class PushEncode implements UDF5<byte[], String, byte[], String, St
       }
       if (receivedTime != 0.0) {
         cos.writeDouble(7, receivedTime);
+      }
+      if (source) {
+        cos.writeInt32(8, sourcePartition);
+        cos.writeInt64(9, sourceOffset);
       }
       cos.checkNoSpaceLeft();
     } catch (IOException e) {

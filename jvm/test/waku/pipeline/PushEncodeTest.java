@@ -25,8 +25,15 @@ class PushEncodeTest {
   static final byte[] HASH = Bytes.hex("ab".repeat(32));
   static final byte[] MESSAGE = Bytes.hex(Vectors.named("waku_message", "minimal").get("hex").asText());
 
+  static final int SOURCE_PARTITION = 3;  // as jvm/test/make_vectors.py
+  static final long SOURCE_OFFSET = (1L << 33) + 5;
+
   private static byte[] encode(byte[] ingest) {
-    return new PushEncode().call(ingest, "16Uiu2peer", HASH, "v2", "req-1");
+    return new PushEncode().call(ingest, "16Uiu2peer", HASH, "v2", "req-1", null, null);
+  }
+
+  private static byte[] encode(byte[] ingest, Integer partition, Long offset) {
+    return new PushEncode().call(ingest, "16Uiu2peer", HASH, "v2", "req-1", partition, offset);
   }
 
   @TestFactory
@@ -35,6 +42,43 @@ class PushEncodeTest {
         .map(v -> DynamicTest.dynamicTest(v.get("name").asText(),
             () -> assertEquals(v.get("push").asText(), Bytes.hex(encode(Vectors.bytes(v, "hex"))))))
         .toList();
+  }
+
+  @TestFactory
+  List<DynamicTest> withSourceCoordinatesMakesThePushRecordPythonsProtobufMakes() {
+    return Vectors.all("ingest").stream()
+        .map(v -> DynamicTest.dynamicTest(v.get("name").asText(),
+            () -> assertEquals(v.get("push_with_source").asText(),
+                Bytes.hex(encode(Vectors.bytes(v, "hex"), SOURCE_PARTITION, SOURCE_OFFSET)))))
+        .toList();
+  }
+
+  @Test
+  void sourceCoordinatesAreWrittenZerosIncludedOrNotAtAll() {
+    byte[] ingest = cat(str(1, "/waku/2/rs/1/0"), len(2, MESSAGE));
+    byte[] plain = cat(str(1, "p"), str(2, "/waku/2/rs/1/0"), len(3, MESSAGE));
+    // partition 0, offset 0: the first record of a topic, a known position (proto3 optional)
+    assertArrayEquals(cat(plain, varintField(8, 0), varintField(9, 0)),
+        new PushEncode().call(ingest, "p", null, null, null, 0, 0L));
+    assertArrayEquals(cat(plain, varintField(8, 7), varintField(9, 1L << 40)),
+        new PushEncode().call(ingest, "p", null, null, null, 7, 1L << 40));
+    // unknown (nulls: a shuffled join), half given or negative: neither field
+    assertArrayEquals(plain, new PushEncode().call(ingest, "p", null, null, null, null, null));
+    assertArrayEquals(plain, new PushEncode().call(ingest, "p", null, null, null, 1, null));
+    assertArrayEquals(plain, new PushEncode().call(ingest, "p", null, null, null, null, 5L));
+    assertArrayEquals(plain, new PushEncode().call(ingest, "p", null, null, null, -1, -1L));
+  }
+
+  @Test
+  void sourceCoordinatesRoundTripThroughProtoDecode() {
+    JsonNode v = Vectors.named("ingest", "full");
+    Row push = new ProtoDecode().call(encode(Vectors.bytes(v, "hex"), SOURCE_PARTITION, SOURCE_OFFSET),
+        "waku.pipeline.v1.PushRecord");
+    assertEquals(SOURCE_PARTITION, push.get(7));
+    assertEquals(SOURCE_OFFSET, push.get(8));
+    Row without = new ProtoDecode().call(encode(Vectors.bytes(v, "hex")), "waku.pipeline.v1.PushRecord");
+    assertNull(without.get(7));
+    assertNull(without.get(8));
   }
 
   @Test
@@ -64,14 +108,14 @@ class PushEncodeTest {
   void emptyOptionalArgumentsAreLeftOut() {
     byte[] ingest = cat(str(1, "/waku/2/rs/1/0"), len(2, MESSAGE));
     byte[] expected = cat(str(1, "p"), str(2, "/waku/2/rs/1/0"), len(3, MESSAGE));
-    assertArrayEquals(expected, new PushEncode().call(ingest, "p", null, null, null));
-    assertArrayEquals(expected, new PushEncode().call(ingest, "p", new byte[0], "", ""));
+    assertArrayEquals(expected, new PushEncode().call(ingest, "p", null, null, null, null, null));
+    assertArrayEquals(expected, new PushEncode().call(ingest, "p", new byte[0], "", "", null, null));
   }
 
   @Test
   void nullInputGivesNull() {
-    assertNull(new PushEncode().call(null, "p", HASH, "v2", "r"));
-    assertNull(new PushEncode().call(cat(len(2, MESSAGE)), null, HASH, "v2", "r"));
+    assertNull(new PushEncode().call(null, "p", HASH, "v2", "r", 0, 0L));
+    assertNull(new PushEncode().call(cat(len(2, MESSAGE)), null, HASH, "v2", "r", 0, 0L));
   }
 
   @Test
