@@ -84,8 +84,11 @@ class SeaweedS3:
             "name": "waku", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
         return [str(weed_binary()), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                f"-dir={self.data_dir / 'data'}", "-master.telemetry=false", "-master.volumeSizeLimitMB=64",
-                "-volume.max=16", "-filer", "-s3", f"-s3.port={self.port}", f"-s3.config={identities}",
+                # Volumes of 256 MiB (written as they fill, not preallocated), as many as the disk
+                # holds (-volume.max=0: free space / volume size). A fixed count caps the store:
+                # 16 of 64 MiB stalled every S3 write after ~1 GiB ("No writable volumes").
+                f"-dir={self.data_dir / 'data'}", "-master.telemetry=false", "-master.volumeSizeLimitMB=256",
+                "-volume.max=0", "-filer", "-s3", f"-s3.port={self.port}", f"-s3.config={identities}",
                 "-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.iam=false",
                 f"-s3.localSocket={self.data_dir / 's3.sock'}",
                 *(f"-{name.replace('.grpc', '.port.grpc') if name.endswith('.grpc') else name + '.port'}={port}"

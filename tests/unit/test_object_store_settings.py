@@ -45,3 +45,13 @@ def test_empty_credentials_leave_the_default_chain():
     assert "spark.hadoop.fs.s3a.access.key" not in s.spark_options()
     assert "spark.hadoop.fs.s3a.endpoint" not in s.spark_options()
     assert s.storage_options() == {"AWS_REGION": "eu-central-1", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "true"}
+
+
+def test_the_local_s3_server_takes_as_many_volumes_as_the_disk_holds(tmp_path):
+    # A fixed volume count capped the server: 16 volumes of 64 MiB stalled every write after
+    # ~1 GiB (the store ingest benchmark on S3 hung on "No writable volumes").
+    from tools.object_store import SeaweedS3
+
+    argv = SeaweedS3(tmp_path).command()
+    assert "-volume.max=0" in argv  # SeaweedFS: free disk space / volume size
+    assert "-master.volumeSizeLimitMB=256" in argv
