@@ -1,7 +1,9 @@
-"""A filter job's replay is pushed once (issue 37). The real filter query (resident criteria,
-micro-batch, the embedded Kafka) writes each PushRecord with its source record's partition and
-offset in waku.messages; it is stopped, its checkpoint loses its commits (as a query killed before
-it committed its batch), and it runs again: the batch is matched and written a second time. Every
+"""A filter job's replay is pushed once (issue 37). The real filter query (resident criteria, the
+embedded Kafka; micro-batch, and real-time mode as deployed) writes each PushRecord with its source
+record's partition and offset in waku.messages; it is stopped before it commits (micro-batch: its
+checkpoint loses its commit, as a query killed before committing its batch; real time: stopped
+inside its 5-minute epoch, as when a worker dies) and runs again: the batch or epoch is matched and
+written a second time. Every
 push record, both runs', decoded through the bridge's `_deliver` with a hash memory far smaller
 than the replay, gives each message to the peer once: the replay counts as `replayed`, the one
 message two bridges relayed as `duplicate`.
@@ -32,7 +34,7 @@ PEER = "16Uiu2HAmReplayPeer"
 N = 400          # distinct messages; the bridge below remembers 64 hashes per peer
 
 
-def _settings(kafka: str, root: Path, tag: str) -> Config:
+def _settings(kafka: str, root: Path, tag: str, trigger: str) -> Config:
     return load_config([
         f"kafka.bootstrap_servers={kafka}",
         f"topics.messages=test.replay.{tag}.messages", "topics.messages_partitions=2",
@@ -40,7 +42,8 @@ def _settings(kafka: str, root: Path, tag: str) -> Config:
         f"topics.push_prefix=test.replay.{tag}.push.",
         f"warehouse.root={root / 'warehouse'}", f"warehouse.checkpoints={root / 'checkpoints'}",
         "spark.master=local[2]", "spark.shuffle_partitions=2",
-        "filter.trigger=microbatch", "filter.trigger_seconds=0.2", "filter.criteria=resident",
+        f"filter.trigger={trigger}", "filter.trigger_seconds=0.2", "filter.criteria=resident",
+        "filter.realtime_checkpoint_interval=5 minutes",
         "filter.starting_offsets=earliest",
     ], environ={})
 
@@ -74,7 +77,7 @@ def _produce(kafka: str, cfg: Config) -> dict[tuple[int, int], bytes]:
     return coords
 
 
-def _forget_commits(checkpoint: Path) -> int:
+def _forget_commits(checkpoint: Path) -> list[str]:
     """The checkpoint as a query killed after planning batch 0 and before committing it leaves it:
     no commit, no later offsets. Returns the names removed."""
     removed = []
@@ -85,7 +88,8 @@ def _forget_commits(checkpoint: Path) -> int:
     return removed
 
 
-def test_a_replayed_batch_is_pushed_once(kafka, spark, tmp_path):
+@pytest.mark.parametrize("trigger", ["microbatch", "realtime"])
+def test_a_replayed_batch_is_pushed_once(kafka, spark, tmp_path, trigger):
     from ingest.filter.service import FilterService
     from ingest.filter.settings import FilterSettings
     from ingest.filter.state import Change
@@ -94,7 +98,7 @@ def test_a_replayed_batch_is_pushed_once(kafka, spark, tmp_path):
     from pipeline.filter.settings import FilterJobSettings
 
     tag = uuid.uuid4().hex[:8]
-    cfg = _settings(kafka, tmp_path, tag)
+    cfg = _settings(kafka, tmp_path, tag, trigger)
     coords = _produce(kafka, cfg)
     settings = FilterJobSettings.from_config(cfg)
     push_topic = settings.push_prefix + "B"
@@ -114,7 +118,7 @@ def test_a_replayed_batch_is_pushed_once(kafka, spark, tmp_path):
     first = consume_all(kafka, push_topic, N + 1)
     assert len(first) == N + 1
     print("removed from the checkpoint:", _forget_commits(checkpoint))
-    run_until(2 * (N + 1))             # batch 0 (every record: produced before the start) again
+    run_until(2 * (N + 1))             # batch or epoch 0 (every record: produced before the start) again
     values = [r.value for r in consume_all(kafka, push_topic, 2 * (N + 1))]
     records = [pr.PushRecord.FromString(v) for v in values]
     replayed = len(records) - (N + 1)
