@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 
 from core.settings import ObjectStoreSettings
-from tools.processes import free_port
+from tools.processes import free_port, stop_process
 
 log = logging.getLogger("tools.object_store")
 
@@ -133,13 +133,7 @@ class SeaweedS3:
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(5)  # weed takes its time over a graceful stop
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_process(self.proc, 5, group=True)  # weed takes its time over a graceful stop
         self.proc = None
 
     def __enter__(self) -> SeaweedS3:
