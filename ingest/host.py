@@ -10,6 +10,7 @@ import logging
 import re
 import socket
 import ssl
+import struct
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,8 +33,17 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.security.secure_session import SecureSession
 from libp2p.stream_muxer.exceptions import MuxedConnError, MuxedStreamError
 from libp2p.stream_muxer.mplex.mplex import MPLEX_PROTOCOL_ID, Mplex
+from libp2p.stream_muxer.yamux.yamux import (
+    DEFAULT_WINDOW_SIZE,
+    FLAG_FIN,
+    FLAG_SYN,
+    TYPE_DATA,
+    TYPE_WINDOW_UPDATE,
+    YAMUX_HEADER_FORMAT,
+    Yamux,
+    YamuxStream,
+)
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
-from libp2p.stream_muxer.yamux.yamux import Yamux, YamuxStream
 from libp2p.transport.websocket.multiaddr_utils import parse_websocket_multiaddr
 from libp2p.transport.websocket.transport import WebsocketTransport
 
@@ -459,6 +469,55 @@ def fewer_io_calls() -> None:
     TrioTCPStream.read = _buffered_tcp_read  # type: ignore[method-assign]
     YamuxStream._auto_tune_and_send_window_update = _window_update_at_half  # type: ignore[method-assign]
     Yamux._read_data_body = _data_body_from_noise_buffer  # type: ignore[method-assign]
+
+
+def _yamux_conn(host: IHost, peer_id: ID) -> Yamux | None:
+    """The yamux session of an open connection to `peer_id`, if there is one."""
+    for conn in cast(Swarm, host.get_network()).get_connections(peer_id):
+        muxed = getattr(conn, "muxed_conn", None)
+        if isinstance(muxed, Yamux) and not muxed.is_closed and not muxed.event_shutting_down.is_set():
+            return muxed
+    return None
+
+
+async def write_in_one_frame(host: IHost, peer_id: ID, data: bytes) -> YamuxStream | None:
+    """A new stream to `peer_id` that carries `data` and is closed on our side, sent as one
+    noise message and one syscall: yamux's SYN on the DATA frame (the spec lets SYN ride on a
+    data or window update frame; go-yamux and js-libp2p open the stream from either) and the FIN
+    frame behind it. py-libp2p's open, write and close send three frames, each encrypted and
+    written on its own, behind the swarm's and the resource manager's bookkeeping: for a push to
+    a client that reads one message a stream (go-waku's filter light client) that was most of its
+    cost. The stream is registered with the session as `Yamux.open_stream` does, so the peer's
+    answer, close or reset reaches it (read it to its end). None when the peer has no yamux
+    connection or `data` exceeds the initial window: the caller takes the usual way."""
+    muxed = _yamux_conn(host, peer_id)
+    if muxed is None or len(data) > DEFAULT_WINDOW_SIZE:
+        return None
+    await muxed.stream_backlog_semaphore.acquire()
+    async with muxed.streams_lock:
+        if muxed.event_shutting_down.is_set():
+            muxed.stream_backlog_semaphore.release()
+            return None
+        stream_id = muxed.next_stream_id
+        muxed.next_stream_id += 2
+        stream = YamuxStream(stream_id, muxed, True)
+        stream._owns_backlog_slot = True
+        stream.send_window -= len(data)
+        muxed.streams[stream_id] = stream
+        muxed.stream_buffers[stream_id] = bytearray()
+        muxed.stream_events[stream_id] = trio.Event()
+    frames = (struct.pack(YAMUX_HEADER_FORMAT, 0, TYPE_DATA, FLAG_SYN, stream_id, len(data)) + data
+              + struct.pack(YAMUX_HEADER_FORMAT, 0, TYPE_WINDOW_UPDATE, FLAG_FIN, stream_id, 0))
+    try:
+        await muxed._write_frame(frames)
+    except BaseException:
+        stream.closed = stream.send_closed = stream.recv_closed = True
+        with trio.CancelScope(shield=True):
+            await muxed._finalize_stream(stream, fully_closed=True)
+        raise
+    stream.send_closed = True
+    await muxed._finalize_stream(stream, fully_closed=stream.recv_closed)
+    return stream
 
 
 def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
