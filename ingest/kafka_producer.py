@@ -74,6 +74,7 @@ def quiet_kafka_client_logs(every_s: float = 60.0) -> None:
             handler.addFilter(handler_filter)
 
 _LOG_EVERY_S = 10.0
+IDLE_POLL_S = 0.5  # the feeder's wait for delivery reports when it has nothing to send
 
 
 class _Waiter:
@@ -434,8 +435,11 @@ class IngestProducer:
                         self._warn("send", "kafka: librdkafka's queue is full; %d records waiting", len(self._pending))
                         break
                 self._wake.clear()
-                # delivery reports (and the callbacks above) are served here
-                producer.poll(0.005 if self._pending else 0.1)
+                # delivery reports (and the callbacks above) are served here; a poll returns as
+                # soon as it served one, so the idle wait only sets how often an idle feeder wakes
+                # (records are produced by the caller: the deque fills only when librdkafka's
+                # queue is full, when delivery reports come back at once)
+                producer.poll(0.005 if self._pending else IDLE_POLL_S)
                 if self._closing:
                     break
                 if not self._pending:

@@ -39,6 +39,9 @@ def config(test_root, kafka_ports) -> Config:
         # waits up to 10 s / 30 s for more records (the fault run and test_batch_cadence cover it).
         "store.min_offsets_per_trigger=0",
         "filter.subscriptions_min_events_per_trigger=0",
+        # The subscriptions job's start-up warm-up (a throw-away MERGE) only costs the suite time;
+        # test_subscriptions_expiry.py runs it.
+        "filter.subscriptions_warm_up=false",
     ])
 
 

@@ -54,6 +54,9 @@ log = logging.getLogger("ingest.filter.pusher")
 
 FETCH_MIN_BYTES = 1
 FETCH_MAX_WAIT_MS = 500
+# A poll returns at the first records: its wait only sets how often an idle consumer loop wakes
+# (and how soon it sees a stop).
+IDLE_POLL_MS = 1000
 
 
 class PushConsumer:
@@ -146,7 +149,7 @@ class PushConsumer:
             thread_time = time.thread_time
             while not self._stop.is_set():
                 t0 = thread_time()
-                batch = consumer.poll(timeout_ms=200, max_records=5000)
+                batch = consumer.poll(timeout_ms=IDLE_POLL_MS, max_records=5000)  # returns at the first records
                 if not batch:
                     continue
                 values = [r.value for recs in batch.values() for r in recs]

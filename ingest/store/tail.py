@@ -56,6 +56,7 @@ _LIBRDKAFKA_LOG = logging.getLogger("kafka.librdkafka.store-tail")
 
 Key = tuple[float, bytes, bytes]  # (received_time, digest, message_hash)
 TAKE_MAX = 5000  # records the consumer thread takes in at once
+IDLE_POLL_S = 0.5  # a poll's longest wait for a first record: how often an idle loop wakes
 TAKE_INTERVAL_S = 0.005  # ... and, when it has caught up, at most this often (see consumer_config)
 _CHUNK = 500  # messages taken in per hold of the tail's lock
 # Messages forgotten, Kafka arrivals swept and stale keys trimmed per hold of the tail's lock
@@ -621,7 +622,7 @@ class TailFollower:
             while not self._stop.is_set():
                 # Wait for the first record, then take what else librdkafka's fetcher has queued
                 # (it fetches on threads of its own, without the GIL).
-                first = consumer.poll(0.1)
+                first = consumer.poll(IDLE_POLL_S)  # returns at the first record
                 if first is None:
                     continue
                 began = time.monotonic()

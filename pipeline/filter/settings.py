@@ -26,6 +26,7 @@ class SubscriptionsJobSettings:
     # most max_trigger_delay_s after the last batch (0: a batch at every trigger with events).
     min_events_per_trigger: int = 1000
     max_trigger_delay_s: float = 30.0
+    warm_up: bool = True  # run the batch path once on a throw-away table at start
 
     @classmethod
     def from_config(cls, config: Config) -> SubscriptionsJobSettings:
@@ -39,7 +40,7 @@ class SubscriptionsJobSettings:
                    JobMetricsSettings.from_config(config, "subscriptions"),
                    # criteria "delta": matching reads the table, so every event goes in at once
                    0 if f["criteria"] == "delta" else int(f["subscriptions_min_events_per_trigger"]),
-                   float(f["subscriptions_max_trigger_delay_s"]))
+                   float(f["subscriptions_max_trigger_delay_s"]), bool(f["subscriptions_warm_up"]))
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class FilterJobSettings:
     # "delta": a stream-static join re-reading Delta `subscriptions` every batch / epoch.
     criteria: str = "resident"
     subscriptions_topic: str = "waku.subscriptions"
-    index_poll_ms: int = 100
+    index_poll_ms: int = 500
     messages_partitions: int = 4
 
     @classmethod

@@ -21,6 +21,9 @@ the driver keeps a lower bound of the table's smallest `last_refresh` (read by a
 query when a check is due, lowered by each batch's earliest SUBSCRIBE) and runs no Spark work while
 it is inside the TTL. The filter job ignores expired rows as soon as they pass the TTL, whatever
 the deletion schedule.
+Warm-up (filter.subscriptions_warm_up): at start, before its first expiry round, the driver runs
+the batch path on a throw-away table under the same lock, so the first subscriber's batch does
+not pay a fresh JVM's first MERGE (class loading, code generation, JIT: several times a warm one).
 """
 from __future__ import annotations
 
@@ -159,6 +162,42 @@ def apply_batch(batch: DataFrame, path: str) -> dict[str, Any]:
     return {"events": n, "first_subscribe": first_subscribe}
 
 
+def warm_up(spark: SparkSession, path: str) -> float:
+    """Run the batch path once on a throw-away table at `path` (then deleted): a few events that
+    take every MERGE branch, then an expiry. A fresh JVM's first MERGE costs several times a
+    warm one (class loading, code generation, the JIT), paid here at start instead of in the
+    first subscriber's batch. Returns the seconds it took."""
+    from schemas import pipeline_records_pb2 as pr
+
+    began = time.monotonic()
+
+    def ev(peer: str, op: pr.SubscriptionOp, t: float, cts: tuple[str, ...] = ()) -> bytes:
+        return pr.SubscriptionEvent(peer_id=peer, bridge_id="warm-up", op=op, pubsub_topic="/warm-up" if cts else "",
+                                    content_topics=list(cts), event_time=t, request_id="warm-up",
+                                    protocol="v2").SerializeToString()
+
+    batches = [
+        [ev("p1", pr.SUBSCRIBE, 1.0, ("a", "b")), ev("p2", pr.SUBSCRIBE, 1.0, ("a",)), ev("p1", pr.REFRESH, 2.0)],
+        [ev("p1", pr.UNSUBSCRIBE, 3.0, ("b",)), ev("p1", pr.REFRESH, 3.0), ev("p2", pr.UNSUBSCRIBE_ALL, 3.0),
+         ev("p2", pr.SUBSCRIBE, 4.0, ("c",))],
+    ]
+    ensure_table(spark, path, SUBSCRIPTIONS_SCHEMA, properties={"delta.appendOnly": "false"})
+    try:
+        offset = 0
+        for values in batches:
+            rows = [(v, 0, offset + i) for i, v in enumerate(values)]
+            offset += len(values)
+            apply_batch(spark.createDataFrame(rows, "value binary, partition int, offset long"), path)
+        expire(spark, path, 1.0, now=3.5)
+        earliest_refresh(spark, path)
+    finally:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None  # a live session has its gateway
+        target = jvm.org.apache.hadoop.fs.Path(path)
+        target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(target, True)
+    return time.monotonic() - began
+
+
 def expire(spark: SparkSession, path: str, ttl_s: float, now: float | None = None) -> None:
     """Delete criteria not refreshed within the TTL."""
     from delta.tables import DeltaTable
@@ -201,6 +240,14 @@ class SubscriptionsJob:
         # a driver's CPU) is not run. Read and kept under `lock`.
         self.earliest: float | None = None
         self.expiry_runs = {"skipped": 0, "checked": 0, "deleted": 0}
+
+    def _warm_up(self) -> None:
+        path = self.settings.warehouse.checkpoint_path("subscriptions") + "-warm-up"
+        with self.lock:  # a batch that comes meanwhile waits for it
+            try:
+                log.info("warm-up: the batch path ran in %.1f s", warm_up(self.spark, path))
+            except Exception as exc:  # noqa: BLE001 - only the first batch is slower without it
+                log.warning("warm-up failed (the first batch will be slower): %s", exc)
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         with self.lock:
@@ -266,7 +313,12 @@ class SubscriptionsJob:
                       .foreachBatch(self._process)
                       .trigger(processingTime=f"{s.trigger_seconds} seconds")
                       .start())
-        self._expirer = threading.Thread(target=self._expire_loop, name="subscriptions-expiry", daemon=True)
+        def expiry() -> None:
+            if s.warm_up:
+                self._warm_up()
+            self._expire_loop()
+
+        self._expirer = threading.Thread(target=expiry, name="subscriptions-expiry", daemon=True)
         self._expirer.start()
         return self.query
 

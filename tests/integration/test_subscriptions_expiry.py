@@ -61,3 +61,13 @@ def test_expiry_is_skipped_while_every_row_is_fresh(spark, tmp_path):
     assert rows() == {} and job.earliest == float("inf")
     job.expire_now(now=10**9)                    # an empty table: nothing to look at until a SUBSCRIBE
     assert job.expiry_runs["skipped"] == 2
+
+
+def test_the_warm_up_runs_the_batch_path_and_leaves_nothing(spark, tmp_path):
+    """The start-up warm-up takes every MERGE branch and the expiry on a throw-away table, which
+    is gone afterwards."""
+    from pipeline.filter.subscriptions import warm_up
+
+    path = str(tmp_path / "subscriptions-warm-up")
+    assert warm_up(spark, path) > 0
+    assert not (tmp_path / "subscriptions-warm-up").exists()
