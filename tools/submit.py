@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 from core.config import REPO_ROOT, REPO_ROOT_ENV, Config, ConfigError, load_config
-from core.spark_conf import SPARK_DEFAULTS, SUBMITTED_ENV, SparkSettings, master_defaults
+from core.spark_conf import SPARK_DEFAULTS, SUBMITTED_ENV, SparkSettings, master_defaults, spark_defaults
 
 JOBS_DIR = REPO_ROOT / "jobs"
 SPARK_VALUE_OPTIONS = {
@@ -144,6 +144,20 @@ def local_driver_memory(job: str, master: str, config: Config) -> str | None:
     return config.get("store.local_driver_memory") or None
 
 
+def driver_java_options(job: str, config: Config, spark: SparkSettings) -> str | None:
+    """The subscriptions job's driver JVM runs C1 only (`filter.subscriptions_driver_java_options`,
+    appended to spark.driver.extraJavaOptions of [spark].options or conf/spark-defaults.conf): its
+    batches are a few small MERGEs whose plans and generated classes are new each time, and C2
+    recompiling them cost ~2.6 of a warm batch's ~5.3 CPU-s (C1 only: ~3.3; docs/decisions.md).
+    None for other jobs, or when the setting is empty."""
+    extra = config.get("filter.subscriptions_driver_java_options") if job == "subscriptions" else ""
+    if not extra:
+        return None
+    key = "spark.driver.extraJavaOptions"
+    base = spark.options.get(key, spark_defaults().get(key, ""))
+    return f"{base} {extra}".strip()
+
+
 def command(job: str, args: list[str]) -> list[str]:
     if job not in jobs():
         raise ConfigError(f"unknown job {job!r}; jobs: {', '.join(jobs())}")
@@ -161,6 +175,9 @@ def command(job: str, args: list[str]) -> list[str]:
     cmd += ["--conf", "spark.log.level=WARN"]
     for key, value in {**master_defaults(master), **spark.options}.items():
         cmd += ["--conf", f"{key}={value}"]
+    java_options = driver_java_options(job, config, spark)
+    if java_options and option_value(spark_args, "--driver-java-options") is None:
+        cmd += ["--conf", f"spark.driver.extraJavaOptions={java_options}"]
     memory = local_driver_memory(job, master, config)
     if memory and option_value(spark_args, "--driver-memory") is None and "spark.driver.memory" not in spark.options:
         cmd += ["--driver-memory", memory]

@@ -25,7 +25,7 @@ class SubscriptionsJobSettings:
     # Batch cadence that follows the load: a trigger finding fewer new events waits for more, at
     # most max_trigger_delay_s after the last batch (0: a batch at every trigger with events).
     min_events_per_trigger: int = 1000
-    max_trigger_delay_s: float = 30.0
+    max_trigger_delay_s: float = 120.0
     warm_up: bool = True  # run the batch path once on a throw-away table at start
 
     @classmethod

@@ -64,10 +64,10 @@ def test_source_options():
 
 def test_subscriptions_cadence_and_expiry_grace():
     s = SubscriptionsJobSettings.from_config(load_config(environ={}))
-    assert (s.min_events_per_trigger, s.max_trigger_delay_s) == (1000, 30.0)  # on by default
+    assert (s.min_events_per_trigger, s.max_trigger_delay_s) == (1000, 120.0)  # on by default
     s = SubscriptionsJobSettings.from_config(load_config(["filter.subscriptions_min_events_per_trigger=0"],
                                                          environ={}))
-    assert (s.min_events_per_trigger, s.max_trigger_delay_s) == (0, 30.0)
+    assert (s.min_events_per_trigger, s.max_trigger_delay_s) == (0, 120.0)
     # criteria read from Delta by matching: every event goes in at once
     d = SubscriptionsJobSettings.from_config(load_config(["filter.criteria=delta",
                                                           "filter.subscriptions_min_events_per_trigger=1000"],
@@ -84,7 +84,7 @@ def test_expiry_waits_for_events_on_their_way():
     job = SubscriptionsJob.__new__(SubscriptionsJob)  # no Spark: only the grace is computed
     job.settings = SubscriptionsJobSettings.from_config(
         load_config(["filter.subscriptions_min_events_per_trigger=1000"], environ={}))
-    assert job.expiry_grace_s == 30.0 + 5.0
+    assert job.expiry_grace_s == 120.0 + 5.0
     job.settings = SubscriptionsJobSettings.from_config(
         load_config(["filter.subscriptions_min_events_per_trigger=0"], environ={}))
     assert job.expiry_grace_s == 5.0

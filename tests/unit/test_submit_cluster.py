@@ -78,3 +78,16 @@ def test_live_job_gets_the_filter_slots_and_two_more_and_the_store_memory():
     cmd = submit.command("live", [])
     assert cmd[cmd.index("--driver-memory") + 1] == "4g"
     assert cmd[-1].endswith("jobs/live.py")
+
+
+def test_the_subscriptions_driver_runs_c1_only_on_top_of_the_defaults():
+    def java_options(cmd):
+        values = [cmd[i + 1] for i, a in enumerate(cmd[:-1])
+                  if a == "--conf" and cmd[i + 1].startswith("spark.driver.extraJavaOptions=")]
+        return values[-1].split("=", 1)[1] if values else None  # the last --conf wins
+
+    subs = java_options(submit.command("subscriptions", ["--master", "local[2]"]))
+    assert subs is not None and subs.endswith("-XX:TieredStopAtLevel=1") and "-Xss4m" in subs
+    assert java_options(submit.command("store", ["--master", "local[2]"])) is None
+    assert java_options(submit.command(
+        "subscriptions", ["--master", "local[2]", "--set", "filter.subscriptions_driver_java_options="])) is None
