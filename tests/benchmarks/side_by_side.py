@@ -259,6 +259,12 @@ def _process_groups(root: int) -> dict[int, str]:
             out[g] = "local_run"
         else:
             out[g] = f"pgid {g}"
+    for g, name in list(out.items()):  # a group started by a named one (a Spark driver's Python
+        p = g                           # worker daemon leads its own) counts as that one
+        while name.startswith("pgid") and p in parent and parent[p] in pgid and parent[p] != p:
+            p = parent[p]
+            name = out.get(pgid[p], name)
+        out[g] = name
     return out
 
 
