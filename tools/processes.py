@@ -67,19 +67,15 @@ def _group_members(pgid: int) -> Iterator[tuple[str, str]]:
             yield d, stat
 
 
-def _children_cpu_s(stat: str) -> float:
-    """User + system CPU seconds of a process's children that ended and were waited for."""
-    fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+def group_cpu_by_pid(pgid: int) -> dict[int, float]:
+    """{pid: CPU seconds (user + system) so far} of every live process in process group `pgid`."""
+    return {int(d): _stat_cpu_s(stat) for d, stat in _group_members(pgid)}
 
 
 def group_cpu_s(pgid: int) -> float:
-    """CPU seconds (user + system) of every live process in process group `pgid` and of the
-    children they waited for (benchmarks: where the cores went). A process that ends inside a
-    measured window moves to its parent's count instead of leaving it (a Spark driver's Python
-    worker daemon leads a group of its own: its parent, the driver's JVM, waits for it). 0
-    where /proc is missing."""
-    return sum(_stat_cpu_s(stat) + _children_cpu_s(stat) for _, stat in _group_members(pgid))
+    """CPU seconds (user + system) of every live process in process group `pgid` (benchmarks:
+    where the cores went). 0 where /proc is missing."""
+    return sum(_stat_cpu_s(stat) for _, stat in _group_members(pgid))
 
 
 # JVM threads by what they do, from their names (/proc/<pid>/task/<tid>/comm): the JIT's

@@ -76,7 +76,7 @@ from tests.benchmarks.relay_flat_out import (  # noqa: E402
     total,
 )
 from tests.benchmarks.stats import latency_summary, rate  # noqa: E402
-from tools.processes import free_port, group_cpu_s, proc_cpu_s, stop_process  # noqa: E402
+from tools.processes import free_port, group_cpu_by_pid, proc_cpu_s, stop_process  # noqa: E402
 
 NODE_BIN = REPO_ROOT / ".cache" / "interop" / "gowaku-node"
 NODE_BUILD = REPO_ROOT / "tests" / "interop" / "gowaku-node" / "build.sh"
@@ -289,10 +289,18 @@ def start_ours(tmp: Path, extra: list[str]) -> Side:
     startup = time.monotonic() - began
     groups = _process_groups(local.pid)
 
+    seen: dict[int, tuple[str, float]] = {}  # pid: (its group's name, its CPU when last seen)
+
     def cpu_by_process() -> dict[str, float]:
+        """CPU so far by name, counting a process that ended at its last sample: a counter that
+        never goes back when a group's process ends inside a window (a Spark driver's Python
+        worker daemon leads a group of its own and ends when idle)."""
+        for g, name in (_process_groups(local.pid) | groups).items():  # groups started since too
+            for pid, cpu in group_cpu_by_pid(g).items():
+                seen[pid] = (name, cpu)
         out: dict[str, float] = {}
-        for g, name in groups.items():
-            out[name] = out.get(name, 0.0) + group_cpu_s(g)
+        for name, cpu in seen.values():
+            out[name] = out.get(name, 0.0) + cpu
         return out
 
     def stop() -> None:
