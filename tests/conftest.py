@@ -36,7 +36,7 @@ def config(test_root, kafka_ports) -> Config:
         "spark.master=local[2]",
         "spark.shuffle_partitions=2",
         # Tests wait for Delta at low rates: a batch at every trigger, not the shipped cadence that
-        # waits up to 10 s / 30 s for more records (the fault run and test_batch_cadence cover it).
+        # waits up to 10 s / 120 s for more records (the fault run and test_batch_cadence cover it).
         "store.min_offsets_per_trigger=0",
         "filter.subscriptions_min_events_per_trigger=0",
         # The subscriptions job's start-up warm-up (a throw-away MERGE) only costs the suite time;
