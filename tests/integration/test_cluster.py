@@ -295,6 +295,8 @@ def test_subscriptions_and_filter_jobs_on_the_standalone_cluster(standalone, sto
             # one core per application here; real-time mode needs one per messages partition
             "filter.trigger": "microbatch",
             "filter.subscriptions_trigger_seconds": "1.0", "filter.subscription_ttl_s": "3600",
+            # a batch at every trigger, no start-up warm-up: the test waits for the table
+            "filter.subscriptions_min_events_per_trigger": "0", "filter.subscriptions_warm_up": "false",
             "job_metrics.subscriptions_port": "-1", "job_metrics.filter_port": "-1"}
     content_topic = f"/cluster-test/1/{uid}/proto"
     jobs: list[Submitted] = []
