@@ -167,14 +167,14 @@ def warm_up(spark: SparkSession, path: str) -> float:
     take every MERGE branch, then an expiry. A fresh JVM's first MERGE costs several times a
     warm one (class loading, code generation, the JIT), paid here at start instead of in the
     first subscriber's batch. Returns the seconds it took."""
+    from core.records import subscription_event
     from schemas import pipeline_records_pb2 as pr
 
     began = time.monotonic()
 
     def ev(peer: str, op: pr.SubscriptionOp, t: float, cts: tuple[str, ...] = ()) -> bytes:
-        return pr.SubscriptionEvent(peer_id=peer, bridge_id="warm-up", op=op, pubsub_topic="/warm-up" if cts else "",
-                                    content_topics=list(cts), event_time=t, request_id="warm-up",
-                                    protocol="v2").SerializeToString()
+        return subscription_event(peer, "warm-up", op, t, "/warm-up" if cts else "", cts,
+                                  request_id="warm-up", protocol="v2")[1]
 
     batches = [
         [ev("p1", pr.SUBSCRIBE, 1.0, ("a", "b")), ev("p2", pr.SUBSCRIBE, 1.0, ("a",)), ev("p1", pr.REFRESH, 2.0)],
