@@ -53,7 +53,7 @@ from ingest.ratelimit import TokenBucket
 log = logging.getLogger("ingest.filter.pusher")
 
 FETCH_MIN_BYTES = 1
-FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_WAIT_MS = 5000
 # A poll returns at the first records: its wait only sets how often an idle consumer loop wakes
 # (and how soon it sees a stop).
 IDLE_POLL_MS = 1000
@@ -117,8 +117,8 @@ class PushConsumer:
         options: dict[str, Any] = dict(
             bootstrap_servers=self.bootstrap_servers.split(","), group_id=None, enable_auto_commit=False,
             # A fetch is answered as soon as a record is there (no wait added to a push), else after
-            # FETCH_MAX_WAIT_MS: an idle topic costs 2 fetches/s (it was 50 with a 20 ms wait,
-            # ~92 % of an idle bridge's CPU); under load each fetch takes what came meanwhile.
+            # FETCH_MAX_WAIT_MS: an idle topic costs a fetch in 5 s (it was 50 a second with a 20 ms
+            # wait, ~92 % of an idle bridge's CPU; 2 with 500 ms); under load each fetch takes what came meanwhile.
             fetch_min_bytes=FETCH_MIN_BYTES, fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
             reconnect_backoff_max_ms=1000, client_id="waku-bridge-pusher",
             max_partition_fetch_bytes=4 * 1024 * 1024,

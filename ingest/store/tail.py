@@ -555,14 +555,15 @@ class TailFollower:
             # Partitions are assigned, never subscribed: the group joins nothing and commits
             # nothing (librdkafka asks for a group id all the same).
             "group.id": "waku-store-tail", "enable.auto.commit": False, "enable.auto.offset.store": False,
-            # A fetch answers as soon as a record is there, else after 500 ms: idle, 2 fetches a
-            # second (a 10 ms wait made 100, the broker's main idle work). librdkafka fetches
+            # A fetch answers as soon as a record is there, else after 5 s: idle, one fetch in 5 s
+            # (a 10 ms wait made 100 a second, 500 ms 2: the broker's main idle work; nothing
+            # else of this consumer queues behind a held fetch once it follows). librdkafka fetches
             # again only once the loop has taken what it holds (queued.min.messages 1, checked
             # every ms), and the loop takes at most every TAKE_INTERVAL_S: under load ~200
             # batches a second, not many of a few (the tail's cost per batch: the table check,
             # the lock, the merges), at most ~5 ms more on a message's way to the tail
             # (measured: p50 8 ms at 1,000 and 10,000 msg/s, as with the 10 ms wait; docs/decisions.md, issue 41).
-            "fetch.min.bytes": 1, "fetch.wait.max.ms": 500, "queued.min.messages": 1, "fetch.queue.backoff.ms": 1,
+            "fetch.min.bytes": 1, "fetch.wait.max.ms": 5000, "queued.min.messages": 1, "fetch.queue.backoff.ms": 1,
             "max.partition.fetch.bytes": 4 * 1024 * 1024, "reconnect.backoff.max.ms": 1000,
             # Reaching a partition's end is reported (the tail is `ready` once every partition
             # has been read up to where it ended at start).

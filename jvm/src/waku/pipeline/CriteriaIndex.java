@@ -251,8 +251,9 @@ public final class CriteriaIndex {
     p.put("value.deserializer", ByteArrayDeserializer.class.getName());
     p.put("enable.auto.commit", "false");
     // fetch.min.bytes is 1: a fetch is answered as soon as an event is there; an idle topic costs
-    // 2 fetches a second (a 20 ms wait made it 50, the follower's and the broker's idle CPU).
-    p.putIfAbsent("fetch.max.wait.ms", "500");
+    // a fetch in 5 s (a 20 ms wait made it 50 a second, 500 ms 2: the follower's and the broker's
+    // idle CPU). The follower sends nothing else once it follows, so nothing queues behind it.
+    p.putIfAbsent("fetch.max.wait.ms", "5000");
     p.putIfAbsent("client.id", "waku-criteria-index");
     p.remove("group.id");
     ClassLoader saved = Thread.currentThread().getContextClassLoader();
