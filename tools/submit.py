@@ -144,13 +144,20 @@ def local_driver_memory(job: str, master: str, config: Config) -> str | None:
     return config.get("store.local_driver_memory") or None
 
 
+# The setting whose JVM options are added to a job's driver (none for the other jobs).
+DRIVER_JAVA_OPTIONS = {"store": "store.driver_java_options",
+                       "subscriptions": "filter.subscriptions_driver_java_options"}
+
+
 def driver_java_options(job: str, config: Config, spark: SparkSettings) -> str | None:
-    """The subscriptions job's driver JVM runs C1 only (`filter.subscriptions_driver_java_options`,
-    appended to spark.driver.extraJavaOptions of [spark].options or conf/spark-defaults.conf): its
-    batches are a few small MERGEs whose plans and generated classes are new each time, and C2
-    recompiling them cost ~2.6 of a warm batch's ~5.3 CPU-s (C1 only: ~3.3; docs/decisions.md).
-    None for other jobs, or when the setting is empty."""
-    extra = config.get("filter.subscriptions_driver_java_options") if job == "subscriptions" else ""
+    """JVM options of a job's driver (`DRIVER_JAVA_OPTIONS`), appended to
+    spark.driver.extraJavaOptions of [spark].options or conf/spark-defaults.conf. The
+    subscriptions job runs C1 only: its batches are a few small MERGEs whose plans and generated
+    classes are new each time, and C2 recompiling them cost ~2.6 of a warm batch's ~5.3 CPU-s (C1
+    only: ~3.3). The store job compiles after 10x the usual calls: at a trickle C2 compiling its
+    batches' planning code was half the job's CPU (docs/decisions.md). None for other jobs, or
+    when the setting is empty."""
+    extra = config.get(DRIVER_JAVA_OPTIONS[job]) if job in DRIVER_JAVA_OPTIONS else ""
     if not extra:
         return None
     key = "spark.driver.extraJavaOptions"

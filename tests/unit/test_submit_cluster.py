@@ -80,7 +80,7 @@ def test_live_job_gets_the_filter_slots_and_two_more_and_the_store_memory():
     assert cmd[-1].endswith("jobs/live.py")
 
 
-def test_the_subscriptions_driver_runs_c1_only_on_top_of_the_defaults():
+def test_the_store_and_subscriptions_drivers_get_their_jvm_options_on_top_of_the_defaults():
     def java_options(cmd):
         values = [cmd[i + 1] for i, a in enumerate(cmd[:-1])
                   if a == "--conf" and cmd[i + 1].startswith("spark.driver.extraJavaOptions=")]
@@ -88,6 +88,10 @@ def test_the_subscriptions_driver_runs_c1_only_on_top_of_the_defaults():
 
     subs = java_options(submit.command("subscriptions", ["--master", "local[2]"]))
     assert subs is not None and "-XX:TieredStopAtLevel=1" in subs and "-Xss4m" in subs
-    assert java_options(submit.command("store", ["--master", "local[2]"])) is None
+    store = java_options(submit.command("store", ["--master", "local[2]"]))
+    assert store is not None and "-XX:CompileThresholdScaling=10" in store and "-Xss4m" in store
+    assert "TieredStopAtLevel" not in store
+    assert java_options(submit.command("store", ["--master", "local[2]", "--set", "store.driver_java_options="])) is None
+    assert java_options(submit.command("filter", ["--master", "local[4]"])) is None
     assert java_options(submit.command(
         "subscriptions", ["--master", "local[2]", "--set", "filter.subscriptions_driver_java_options="])) is None
