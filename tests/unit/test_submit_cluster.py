@@ -91,7 +91,8 @@ def test_the_store_and_subscriptions_drivers_get_their_jvm_options_on_top_of_the
     store = java_options(submit.command("store", ["--master", "local[2]"]))
     assert store is not None and "-XX:CompileThresholdScaling=10" in store and "-Xss4m" in store
     assert "TieredStopAtLevel" not in store
-    assert java_options(submit.command("store", ["--master", "local[2]", "--set", "store.driver_java_options="])) is None
+    assert java_options(submit.command(
+        "store", ["--master", "local[2]", "--set", "store.driver_java_options="])) is None
     assert java_options(submit.command("filter", ["--master", "local[4]"])) is None
     assert java_options(submit.command(
         "subscriptions", ["--master", "local[2]", "--set", "filter.subscriptions_driver_java_options="])) is None
