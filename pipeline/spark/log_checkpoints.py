@@ -144,19 +144,38 @@ class LogCheckpointer:
                 if self._failing.pop(path, None) is not None:
                     log.info("delta log checkpoint of %s: working again", path)
 
+    def baseline(self) -> None:
+        """Load the tables that exist now (a job's start, before its first commit): the last
+        multiple of the interval they have is taken as done, so the first commit of this run
+        that reaches a multiple gets its checkpoint. Without it, the first check (after this
+        run's first commit) takes that commit's version as done. A table not readable yet is
+        loaded by its first check."""
+        for path in self.paths:
+            if path not in self._tables:
+                try:
+                    self._load(path)
+                except Exception as exc:  # noqa: BLE001 - not created yet or unreadable: the first check retries
+                    log.info("delta log checkpoint of %s: not loaded at start (%s: %s)", path, type(exc).__name__, exc)
+
+    def _load(self, path: str) -> DeltaTable | None:
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(path):
+            return None
+        table = self._tables[path] = DeltaTable(path)
+        # At start, the last multiple is taken as done: a checkpoint missed by an earlier run
+        # costs readers one more interval of commits until the next one.
+        self._done[path] = table.version() // self.interval * self.interval
+        return table
+
     def check(self, path: str) -> int | None:
         """Checkpoint `path` at the latest multiple of the interval not yet done; returns that
         version, or None when there is nothing to do."""
-        from deltalake import DeltaTable
-
         table = self._tables.get(path)
         if table is None:
-            if not DeltaTable.is_deltatable(path):
+            table = self._load(path)
+            if table is None:
                 return None
-            table = self._tables[path] = DeltaTable(path)
-            # At start, the last multiple is taken as done: a checkpoint missed by an earlier run
-            # costs readers one more interval of commits until the next one.
-            self._done[path] = table.version() // self.interval * self.interval
         else:
             table.update_incremental()
         latest = table.version()

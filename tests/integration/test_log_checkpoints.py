@@ -222,3 +222,23 @@ def test_a_query_restarts_from_offset_and_commit_logs_the_manager_wrote(spark, t
     assert not [n for n in os.listdir(os.path.join(checkpoint, "offsets")) if n.endswith(".tmp")]
     values = [r.value for r in spark.read.format("delta").load(sink).select("value").collect()]
     assert len(values) == len(set(values)) and sorted(values) == list(range(len(values)))
+
+
+def test_a_restarted_job_checkpoints_at_its_first_commit_when_that_is_a_multiple(spark, tmp_path):
+    """A job started on a table at version 3 (interval 2) whose first batch commits version 4:
+    with `baseline()` at its start, version 4 gets its checkpoint (the first check, after that
+    commit, used to take 4 as done and skip it: seen in test_store_job's random stop)."""
+    path = str(tmp_path / "t")
+    for _ in range(4):  # versions 0..3
+        spark.range(3).write.format("delta").mode("append").save(path)
+    writer = LogCheckpointer([path], interval=2, spark=spark)
+    writer.baseline()
+    spark.range(3).write.format("delta").mode("append").save(path)  # version 4: this run's first commit
+    writer.poke()
+    writer.wait()
+    assert writer.written == [(path, 4, "delta-rs")]
+    assert checkpoints(path) == {4: False}
+    # A path that is no table yet is left to its first check.
+    later = LogCheckpointer([str(tmp_path / "none")], interval=2)
+    later.baseline()
+    assert later.check(str(tmp_path / "none")) is None
