@@ -74,7 +74,11 @@ class LogCheckpointer:
     """Checkpoints the Delta logs of `paths` every `interval` versions. `poke()` after a commit
     runs a check on a short-lived thread (one at a time: a poke during a check runs one more
     after it), so the caller never waits. `spark` (optional) is the fallback when delta-rs
-    cannot write a table's checkpoint."""
+    cannot write a table's checkpoint.
+
+    Made at a job's start, before its first commit: the tables that exist then are loaded, and
+    their last multiple of the interval counts as done, so the first commit of this run that
+    reaches a multiple gets its checkpoint (a restarted job's first commit may be one)."""
 
     def __init__(self, paths: Sequence[str], interval: int = DEFAULT_INTERVAL,
                  spark: SparkSession | None = None) -> None:
@@ -92,6 +96,7 @@ class LogCheckpointer:
         self._again = False
         self.written: list[tuple[str, int, str]] = []  # (path, version, "delta-rs" | "spark")
         self.failures = 0  # times the thread ended in an error (started again by the next poke)
+        self._baseline()
 
     def poke(self) -> None:
         with self._lock:
@@ -144,11 +149,9 @@ class LogCheckpointer:
                 if self._failing.pop(path, None) is not None:
                     log.info("delta log checkpoint of %s: working again", path)
 
-    def baseline(self) -> None:
-        """Load the tables that exist now (a job's start, before its first commit): the last
-        multiple of the interval they have is taken as done, so the first commit of this run
-        that reaches a multiple gets its checkpoint. Without it, the first check (after this
-        run's first commit) takes that commit's version as done. A table not readable yet is
+    def _baseline(self) -> None:
+        """Load the tables that exist now (see the class): without it, the first check (after this
+        run's first commit) would take that commit's version as done. A table not readable yet is
         loaded by its first check."""
         for path in self.paths:
             if path not in self._tables:

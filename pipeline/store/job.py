@@ -42,7 +42,6 @@ def start_store_query(spark: SparkSession, settings: StoreJobSettings, available
     # The tables' Delta log checkpoints, beside the batches (Spark's are off on these tables).
     checkpoints = LogCheckpointer([settings.warehouse.table_path(t) for t in ("messages", "quarantine", UNTIMED_INDEX)],
                                   settings.log_checkpoint_interval, spark)
-    checkpoints.baseline()  # the versions before this run's first batch
 
     def process(batch, batch_id: int) -> None:
         stats = write_checked_batch(batch, batch_id, settings, marks, recent)

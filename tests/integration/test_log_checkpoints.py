@@ -226,13 +226,12 @@ def test_a_query_restarts_from_offset_and_commit_logs_the_manager_wrote(spark, t
 
 def test_a_restarted_job_checkpoints_at_its_first_commit_when_that_is_a_multiple(spark, tmp_path):
     """A job started on a table at version 3 (interval 2) whose first batch commits version 4:
-    with `baseline()` at its start, version 4 gets its checkpoint (the first check, after that
+    with the checkpointer made at its start, version 4 gets its checkpoint (the first check, after that
     commit, used to take 4 as done and skip it: seen in test_store_job's random stop)."""
     path = str(tmp_path / "t")
     for _ in range(4):  # versions 0..3
         spark.range(3).write.format("delta").mode("append").save(path)
     writer = LogCheckpointer([path], interval=2, spark=spark)
-    writer.baseline()
     spark.range(3).write.format("delta").mode("append").save(path)  # version 4: this run's first commit
     writer.poke()
     writer.wait()
@@ -240,5 +239,4 @@ def test_a_restarted_job_checkpoints_at_its_first_commit_when_that_is_a_multiple
     assert checkpoints(path) == {4: False}
     # A path that is no table yet is left to its first check.
     later = LogCheckpointer([str(tmp_path / "none")], interval=2)
-    later.baseline()
     assert later.check(str(tmp_path / "none")) is None
