@@ -33,7 +33,23 @@ def build_session(settings: SparkSettings, app: str, extra: dict[str, str] | Non
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    stop_queries_first_on_shutdown(session)
     return session
+
+
+# How long a driver's shutdown waits for its streaming queries to stop (their running batches
+# cancelled) before the SparkContext stops anyway.
+QUERY_STOP_TIMEOUT_S = 20
+
+
+def stop_queries_first_on_shutdown(spark, timeout_s: int = QUERY_STOP_TIMEOUT_S) -> None:
+    """When the driver's JVM shuts down (a job's SIGTERM), its streaming queries are stopped
+    before Spark's own hook stops the SparkContext (jvm/ `StopQueriesFirst`): a query with a
+    running Spark job then ends stopped, not "terminated with error" with a stack trace. Once
+    per session."""
+    jvm = spark._jvm
+    assert jvm is not None  # a live session has its gateway
+    jvm.waku.pipeline.StopQueriesFirst.install(spark._jsparkSession, timeout_s)
 
 
 def register_java_function(spark, name: str, class_name: str, return_type) -> str:

@@ -586,6 +586,13 @@ def main() -> int:
                 p.wait(60)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+        # SIGTERM stopped the real-time query (always inside a long batch) before its SparkContext:
+        # ended stopped, not "terminated with error" (jvm/ StopQueriesFirst).
+        filter_log = tmp / "logs" / "filter.log"
+        if filter_log.exists():
+            text = filter_log.read_text(errors="replace")
+            result["filter_job_stop"] = ("terminated with error" if "terminated with error" in text
+                                         else "stopped" if "before the SparkContext" in text else "no stop logged")
         if bridge is not None:
             bridge.stop(30)
         broker.stop()

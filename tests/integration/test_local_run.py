@@ -1,7 +1,7 @@
 """`python -m tools.local_run` (make run) with `spark.one_driver = true`: the store, subscriptions
 and filter queries in one Spark application (jobs/live.py) beside the embedded broker, the
 bridge and the demo publisher; the demo's messages reach the Delta store, and SIGTERM stops
-everything cleanly (exit 0).
+everything cleanly (exit 0, the queries stopped before the SparkContext).
 
 Its own broker, jobs and bridge on free ports in a temporary directory."""
 from __future__ import annotations
@@ -68,3 +68,5 @@ def test_make_run_with_the_live_queries_in_one_driver(tmp_path):
         code = proc.wait(180)
     assert code == 0, log.read_text()[-3000:]
     assert "stopping the live job" in log.read_text()
+    # The driver's queries were stopped before its SparkContext (jvm/ StopQueriesFirst).
+    assert "before the SparkContext" in job_log.read_text(errors="replace")

@@ -1,0 +1,94 @@
+package waku.pipeline;
+
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.util.ShutdownHookManager;
+import org.apache.logging.log4j.Level;
+import org.apache.logging.log4j.core.config.Configurator;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.streaming.StreamingQuery;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.util.Collections;
+import java.util.IdentityHashMap;
+import java.util.Set;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * A driver's streaming queries are stopped before its SparkContext when the JVM shuts down (a
+ * job's SIGTERM: `make run`'s Ctrl-C, a service manager's stop, the tests' stop of a job's
+ * process group).
+ *
+ * <p>Spark stops the SparkContext in a shutdown hook (Hadoop's hook manager, priority
+ * {@code FileSystem.SHUTDOWN_HOOK_PRIORITY + 30}) and has none for Structured Streaming: a query
+ * whose Spark job was running when the context stopped ends "terminated with error" ("Job N
+ * cancelled because SparkContext was shut down", or a NullPointerException from a context
+ * half-stopped), three ERROR lines and a stack trace in the log of every stop. This hook runs
+ * first (a higher priority) and stops each active query the way {@code StreamingQuery.stop()}
+ * does: the running batch is cancelled, the query ends stopped, not failed; what it had not
+ * committed is read again by the next run (Kafka offsets in the checkpoint), as after any stop.
+ * A {@code foreachBatch} batch (the store and subscriptions jobs) running at that moment still
+ * fails: its Python function died with the driver's Python process on the same signal.
+ */
+public final class StopQueriesFirst {
+    private static final Logger LOG = LoggerFactory.getLogger(StopQueriesFirst.class);
+    /** Above Spark's own shutdown hook (FileSystem.SHUTDOWN_HOOK_PRIORITY + 30). */
+    public static final int PRIORITY = FileSystem.SHUTDOWN_HOOK_PRIORITY + 40;
+
+    private static final Set<SparkSession> INSTALLED = Collections.synchronizedSet(
+            Collections.newSetFromMap(new IdentityHashMap<>()));
+
+    private StopQueriesFirst() {
+    }
+
+    /**
+     * Registers the hook for `session`'s queries, once per session; `timeoutSeconds`: how long
+     * the stops may take in all (then Spark's hook stops the context anyway).
+     */
+    public static void install(SparkSession session, long timeoutSeconds) {
+        if (INSTALLED.add(session)) {
+            // Its lines are said at INFO under a driver's WARN root (spark.driver.extraJavaOptions).
+            Configurator.setLevel(StopQueriesFirst.class.getName(), Level.INFO);
+            ShutdownHookManager.get().addShutdownHook(() -> stopAll(session), PRIORITY, timeoutSeconds,
+                    TimeUnit.SECONDS);
+        }
+    }
+
+    /**
+     * Stops every active query of `session`; returns how many were stopped. The scheduler's
+     * lines about the tasks and job groups these stops cancel ("Lost task ... TaskKilled",
+     * "Failed to cancel job group"), each a WARN of an expected event here, are kept to errors.
+     */
+    public static int stopAll(SparkSession session) {
+        if (session.sparkContext().isStopped()) {
+            return 0;  // stopped by its program before the JVM's shutdown: no query runs
+        }
+        StreamingQuery[] active;
+        try {
+            active = session.streams().active();
+        } catch (IllegalStateException e) {  // the context stopped meanwhile
+            return 0;
+        }
+        int stopped = 0;
+        long began = System.nanoTime();
+        if (active.length > 0) {
+            Configurator.setLevel("org.apache.spark.scheduler.TaskSetManager", Level.ERROR);
+            Configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", Level.ERROR);
+        }
+        for (StreamingQuery query : active) {
+            String name = query.name() != null ? query.name() : query.id().toString();
+            LOG.info("shutting down: stopping streaming query {} before the SparkContext", name);
+            try {
+                query.stop();
+                stopped++;
+            } catch (Exception e) {
+                LOG.warn("shutting down: stopping streaming query {} failed: {}", name, e.toString());
+            }
+        }
+        if (stopped > 0) {
+            LOG.info("shutting down: {} streaming queries stopped in {} ms", stopped,
+                    (System.nanoTime() - began) / 1_000_000);
+        }
+        return stopped;
+    }
+}
