@@ -32,7 +32,11 @@ reported apart):
    over every message published in the measured window (after `--warm` s), missing as +inf.
 4. **queryable**: a relay publisher paced at `--paced-rate` msg/s and `wakuinterop store-probe`
    asking for the newest page every 20 ms (its own load is part of the run); queryable latency =
-   first returned by a store query - message timestamp, over every message of the window.
+   first returned by a store query - message timestamp, over every message of the window (after
+   `--queryable-warm` s, 45 by default: a new rate's first store batches run the store job's
+   colder code, up to 10 s a batch of 10,000 against ~1 s; the warm-up's figures are reported
+   apart); ours also: where each message's time went (publish > bridge receive > Kafka append >
+   first seen by the probe).
 5. **flat out**: `relay-publish --rate 0` for `--flat` s; stored/s = messages stored / (first
    publish -> last one stored); ours also: the bridge's read rate (its received_total / publish s).
 6. **store**: `--store-clients` `store-bench` clients (closed loop, random queries over what the
@@ -164,7 +168,7 @@ class Side:
     bridge_received: Callable[[], float | None] = lambda: None
     metrics: Callable[[], dict[str, float]] = dict  # ours: the bridge's Prometheus sample
     # ours: {message hash (0x hex): (bridge receive, message append, push append)} wall seconds
-    stage_times: Callable[[], dict[str, tuple[float, float, float]]] = dict
+    stage_times: Callable[[], dict[str, tuple[float, float, float | None]]] = dict
     extra: dict = field(default_factory=dict)
 
     def cpu(self) -> float:
@@ -331,7 +335,7 @@ def start_ours(tmp: Path, extra: list[str]) -> Side:
         except OSError:
             return {}
 
-    def stage_times() -> dict[str, tuple[float, float, float]]:
+    def stage_times() -> dict[str, tuple[float, float, float | None]]:
         return kafka_stage_times(f"127.0.0.1:{kafka_port}", "sbs.messages", "sbs.push.")
 
     return Side("ours", tmp, addr=addr, startup_s=startup, stop=stop, cpu_by_process=cpu_by_process,
@@ -339,10 +343,10 @@ def start_ours(tmp: Path, extra: list[str]) -> Side:
                 extra={"processes": sorted(set(groups.values()))})
 
 
-def kafka_stage_times(bootstrap: str, messages: str, push_prefix: str) -> dict[str, tuple[float, float, float]]:
+def kafka_stage_times(bootstrap: str, messages: str, push_prefix: str) -> dict[str, tuple[float, float, float | None]]:
     """Per message hash: the bridge's receive time (IngestRecord.received_time), the message's
-    append to `messages` and its push record's append to a `push_prefix*` topic (broker clock:
-    LogAppendTime), for the filter phases' stage breakdown."""
+    append to `messages` and its push record's append to a `push_prefix*` topic (None: not
+    pushed) (broker clock: LogAppendTime), for the phases' stage breakdowns."""
     from kafka import KafkaConsumer, TopicPartition
 
     from core.records import decode_push
@@ -370,7 +374,7 @@ def kafka_stage_times(bootstrap: str, messages: str, push_prefix: str) -> dict[s
                         rec = decode_push(r.value)
                         if rec is not None:
                             pushed.setdefault("0x" + rec.message_hash.hex(), r.timestamp / 1000)
-        return {h: (*recv[h], pushed[h]) for h in recv if h in pushed}
+        return {h: (*recv[h], pushed.get(h)) for h in recv}
     finally:
         consumer.close()
 
@@ -457,8 +461,8 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
         spans: dict[str, list[float]] = {"publish>bridge": [], "bridge>messages": [], "messages>push record": [],
                                          "push record>client": []}
         for h, ts in offered:
-            if h in st and h in recv:
-                rx, m_app, p_app = st[h]
+            rx, m_app, p_app = st.get(h, (0.0, 0.0, None))
+            if h in recv and p_app is not None:
                 got = recv[h][1] / 1e9
                 for k, v in zip(spans, (rx - ts / 1e9, m_app - rx, p_app - m_app, got - p_app), strict=True):
                     spans[k].append(v * 1000)
@@ -511,18 +515,48 @@ def phase_queryable(side: Side, msg_rate: float, warm: float, window: float) -> 
         probe.kill()
     seen = {h: at for h, _ts, at in psum.get("seen", [])}
     offered = [(h, ts) for h, ts in pub.publishes if ws <= ts / 1e9 < we]
+    warmup = [(h, ts) for h, ts in pub.publishes if ts / 1e9 < ws]
     s = latency_summary([(seen[h] - ts) / 1e6 for h, ts in offered if h in seen], len(offered), digits=1)
+    w = latency_summary([(seen[h] - ts) / 1e6 for h, ts in warmup if h in seen], len(warmup), digits=1)
     q = latency_summary(psum.get("latencies_ms", []), len(psum.get("latencies_ms", [])), digits=1)
     cpu = cpu_delta(c0, c1)
+    stages: dict = {}
+    try:
+        st = side.stage_times()
+    except Exception as exc:  # noqa: BLE001 - the breakdown is an extra
+        st, stages["error"] = {}, str(exc)
+    if st:  # ours: where the time of each message of the window went (ms); a missing one: its Kafka stages only
+        spans: dict[str, list[float]] = {"publish>bridge": [], "bridge>messages": [], "messages>queryable": []}
+        late: list[dict] = []
+        for h, ts in offered:
+            if h in st:
+                rx, m_app, _ = st[h]
+                got = seen.get(h)
+                spans["publish>bridge"].append((rx - ts / 1e9) * 1000)
+                spans["bridge>messages"].append((m_app - rx) * 1000)
+                if got is not None:
+                    spans["messages>queryable"].append((got / 1e9 - m_app) * 1000)
+                if got is None or got - ts > 100e6:
+                    late.append({"hash": h, "ts": ts, "rx": rx, "appended": m_app, "seen": got})
+        for k, v in spans.items():
+            x = latency_summary(v, len(v), digits=1)
+            stages[k] = {"p50": x.p50, "p99": x.p99, "max": x.max}
+        stages["late_or_missing"] = len(late)
+        log.with_suffix(".late.json").write_text(json.dumps(late))
+    log.with_suffix(".json").write_text(json.dumps({"window": [ws, we], "published": pub.publishes,
+                                                    "seen": psum.get("seen", [])}))
     return {
         "rate": msg_rate, "window_s": round(we - ws, 1), "published": len(pub.publishes),
         "publisher_ok": pub_summary.get("ok"), "publisher_error": pub_summary.get("error"),
         "offered": len(offered), "missing": s.missing,
         "queryable_p50_ms": s.p50, "queryable_p99_ms": s.p99, "queryable_max_ms": s.max,
+        "warmup_s": warm, "warmup_offered": len(warmup), "warmup_missing": w.missing,
+        "warmup_queryable_p50_ms": w.p50, "warmup_queryable_p99_ms": w.p99,
         "probe_queries": psum.get("queries"), "probe_errors": psum.get("errors"),
         "probe_query_p50_ms": q.p50, "probe_query_p99_ms": q.p99,
         "cpu_s": round(sum(cpu.values()), 2), "cpu_by_process_s": cpu,
         "cores": round(sum(cpu.values()) / (we - ws), 3),
+        **({"stages_ms": stages} if stages else {}),
     }
 
 
@@ -630,8 +664,11 @@ def run_side(name: str, args: argparse.Namespace, tmp: Path) -> dict:
             loads.append(load1())
         if args.paced_rate > 0:
             say(f"{name}: queryable at {args.paced_rate:g} msg/s")
-            out["queryable"] = q = phase_queryable(side, args.paced_rate, args.warm, args.window)
-            say(f"{name}: queryable p50 {q['queryable_p50_ms']} p99 {q['queryable_p99_ms']} ms, missing {q['missing']}")
+            out["queryable"] = q = phase_queryable(side, args.paced_rate, args.queryable_warm, args.window)
+            say(f"{name}: queryable p50 {q['queryable_p50_ms']} p99 {q['queryable_p99_ms']} ms, missing {q['missing']} "
+                f"(warm-up, first {q['warmup_s']:g} s: p99 {q['warmup_queryable_p99_ms']} ms, "
+                f"missing {q['warmup_missing']})"
+                + (f"; stages {q['stages_ms']}" if q.get("stages_ms") else ""))
             loads.append(load1())
         if args.flat > 0:
             say(f"{name}: relay flat out for {args.flat:g} s")
@@ -661,7 +698,9 @@ def main() -> int:
     parser.add_argument("--store", type=float, default=None, help="seconds of the store run (0: none)")
     parser.add_argument("--settle", type=float, default=None, help="seconds after start-up before the idle window")
     parser.add_argument("--idle", type=float, default=None, help="seconds of the idle window (>= 30)")
-    parser.add_argument("--warm", type=float, default=None, help="warm-up seconds of each paced run")
+    parser.add_argument("--warm", type=float, default=None, help="warm-up seconds of each filter run")
+    parser.add_argument("--queryable-warm", type=float, default=None,
+                        help="warm-up seconds of the queryable run (its figures reported apart)")
     parser.add_argument("--window", type=float, default=None, help="measured seconds of each paced run")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="extra local_run --set k=v for our stack")
@@ -671,6 +710,7 @@ def main() -> int:
     args.filter_rates = [float(x) for x in (args.filter_rates or ("50,200")).split(",") if x]
     for name, full, quick in [("flat", 30.0, 10.0), ("store_clients", 8, 4), ("store", 30.0, 10.0),
                               ("settle", 20.0, 10.0), ("idle", 60.0, 30.0), ("warm", 15.0, 10.0),
+                              ("queryable_warm", 45.0, 20.0),
                               ("window", 60.0, 20.0)]:
         if getattr(args, name) is None:
             setattr(args, name, quick if q else full)
@@ -716,6 +756,8 @@ def headline(result: dict, args: argparse.Namespace) -> dict:
             f"{prefix}missing": f.get("missing"),
             f"{prefix}queryable_p50_ms": (r.get("queryable") or {}).get("queryable_p50_ms"),
             f"{prefix}queryable_p99_ms": (r.get("queryable") or {}).get("queryable_p99_ms"),
+            f"{prefix}queryable_missing": (r.get("queryable") or {}).get("missing"),
+            f"{prefix}warmup_queryable_p99_ms": (r.get("queryable") or {}).get("warmup_queryable_p99_ms"),
             f"{prefix}stored_per_s": (r.get("flat") or {}).get("stored_per_s"),
             f"{prefix}cpu_s_per_1000_msgs": (r.get("flat") or {}).get("cpu_s_per_1000_msgs"),
             f"{prefix}store_query_p50_ms": (r.get("store") or {}).get("query_p50_ms"),
