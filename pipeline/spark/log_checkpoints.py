@@ -154,11 +154,10 @@ class LogCheckpointer:
         run's first commit) would take that commit's version as done. A table not readable yet is
         loaded by its first check."""
         for path in self.paths:
-            if path not in self._tables:
-                try:
-                    self._load(path)
-                except Exception as exc:  # noqa: BLE001 - not created yet or unreadable: the first check retries
-                    log.info("delta log checkpoint of %s: not loaded at start (%s: %s)", path, type(exc).__name__, exc)
+            try:
+                self._load(path)
+            except Exception as exc:  # noqa: BLE001 - not created yet or unreadable: the first check retries
+                log.info("delta log checkpoint of %s: not loaded at start (%s: %s)", path, type(exc).__name__, exc)
 
     def _load(self, path: str) -> DeltaTable | None:
         from deltalake import DeltaTable

@@ -381,6 +381,22 @@ def kafka_stage_times(bootstrap: str, messages: str, push_prefix: str) -> dict[s
 
 # -- phases ---------------------------------------------------------------------------------------
 
+def stage_times_of(side: Side, stages: dict) -> dict[str, tuple[float, float, float | None]]:
+    """`side.stage_times()`, or {} with the error in `stages` (the breakdown is an extra)."""
+    try:
+        return side.stage_times()
+    except Exception as exc:  # noqa: BLE001 - the breakdown is an extra
+        stages["error"] = str(exc)
+        return {}
+
+
+def summarize_spans(spans: dict[str, list[float]], stages: dict) -> None:
+    """p50 / p99 / max (ms) of each stage's spans, into `stages`."""
+    for k, v in spans.items():
+        x = latency_summary(v, len(v), digits=1)
+        stages[k] = {"p50": x.p50, "p99": x.p99, "max": x.max}
+
+
 def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     return {k: round(after.get(k, 0.0) - before.get(k, 0.0), 2) for k in after}
 
@@ -453,10 +469,7 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
     s = latency_summary(lat, len(offered), digits=2)
     w = latency_summary(wlat, len(warmup), digits=1)
     stages: dict = {}
-    try:
-        st = side.stage_times()
-    except Exception as exc:  # noqa: BLE001 - the breakdown is an extra
-        st, stages["error"] = {}, str(exc)
+    st = stage_times_of(side, stages)
     if st:  # ours: where the time of each delivered push of the window went (ms)
         spans: dict[str, list[float]] = {"publish>bridge": [], "bridge>messages": [], "messages>push record": [],
                                          "push record>client": []}
@@ -466,9 +479,7 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
                 got = recv[h][1] / 1e9
                 for k, v in zip(spans, (rx - ts / 1e9, m_app - rx, p_app - m_app, got - p_app), strict=True):
                     spans[k].append(v * 1000)
-        for k, v in spans.items():
-            x = latency_summary(v, len(v), digits=1)
-            stages[k] = {"p50": x.p50, "p99": x.p99, "max": x.max}
+        summarize_spans(spans, stages)
     if m0 and m1:  # the bridge's pusher, per push of the window (ms): its waku_filter_push_stage_seconds
         key = 'waku_filter_pushes_total{outcome="pushed"}'
         pushed = m1.get(key, 0.0) - m0.get(key, 0.0)
@@ -521,10 +532,7 @@ def phase_queryable(side: Side, msg_rate: float, warm: float, window: float) -> 
     q = latency_summary(psum.get("latencies_ms", []), len(psum.get("latencies_ms", [])), digits=1)
     cpu = cpu_delta(c0, c1)
     stages: dict = {}
-    try:
-        st = side.stage_times()
-    except Exception as exc:  # noqa: BLE001 - the breakdown is an extra
-        st, stages["error"] = {}, str(exc)
+    st = stage_times_of(side, stages)
     if st:  # ours: where the time of each message of the window went (ms); a missing one: its Kafka stages only
         spans: dict[str, list[float]] = {"publish>bridge": [], "bridge>messages": [], "messages>queryable": []}
         late: list[dict] = []
@@ -538,9 +546,7 @@ def phase_queryable(side: Side, msg_rate: float, warm: float, window: float) -> 
                     spans["messages>queryable"].append((got / 1e9 - m_app) * 1000)
                 if got is None or got - ts > 100e6:
                     late.append({"hash": h, "ts": ts, "rx": rx, "appended": m_app, "seen": got})
-        for k, v in spans.items():
-            x = latency_summary(v, len(v), digits=1)
-            stages[k] = {"p50": x.p50, "p99": x.p99, "max": x.max}
+        summarize_spans(spans, stages)
         stages["late_or_missing"] = len(late)
         log.with_suffix(".late.json").write_text(json.dumps(late))
     log.with_suffix(".json").write_text(json.dumps({"window": [ws, we], "published": pub.publishes,
