@@ -27,6 +27,8 @@ class SubscriptionsJobSettings:
     min_events_per_trigger: int = 1000
     max_trigger_delay_s: float = 120.0
     warm_up: bool = True  # run the batch path once on a throw-away table at start
+    # A batch is collected to the driver (subscriptions.apply_batch): at most this many events.
+    max_events_per_trigger: int = 20_000
 
     @classmethod
     def from_config(cls, config: Config) -> SubscriptionsJobSettings:
@@ -34,13 +36,17 @@ class SubscriptionsJobSettings:
         if f["subscriptions_min_events_per_trigger"] < 0 or f["subscriptions_max_trigger_delay_s"] <= 0:
             raise ConfigError("filter.subscriptions_min_events_per_trigger: expected 0 or more; "
                               "filter.subscriptions_max_trigger_delay_s: expected a positive value")
+        if f["subscriptions_max_events_per_trigger"] < max(1, f["subscriptions_min_events_per_trigger"]):
+            raise ConfigError("filter.subscriptions_max_events_per_trigger: expected at least 1 and at least "
+                              "filter.subscriptions_min_events_per_trigger")
         return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
                    config.get("topics.subscriptions"), float(f["subscription_ttl_s"]),
                    f["subscriptions_trigger_seconds"], float(f["expire_interval_s"]),
                    JobMetricsSettings.from_config(config, "subscriptions"),
                    # criteria "delta": matching reads the table, so every event goes in at once
                    0 if f["criteria"] == "delta" else int(f["subscriptions_min_events_per_trigger"]),
-                   float(f["subscriptions_max_trigger_delay_s"]), bool(f["subscriptions_warm_up"]))
+                   float(f["subscriptions_max_trigger_delay_s"]), bool(f["subscriptions_warm_up"]),
+                   int(f["subscriptions_max_events_per_trigger"]))
 
 
 @dataclass(frozen=True)

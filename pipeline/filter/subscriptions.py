@@ -3,17 +3,18 @@ the Delta table `subscriptions`, one row per (peer_id, bridge_id, pubsub_topic, 
 criterion: a subscription is a peer's *at a bridge* (pushes leave from the bridge it subscribed
 to), so a peer that moves from bridge A to bridge B keeps B's rows when A later expires it.
 
-Each micro-batch (foreachBatch) is reduced to its net effect, in per-peer order (Kafka offset
-order: one peer's events share a partition), then applied with two MERGEs:
+Each micro-batch (foreachBatch; at most filter.subscriptions_max_events_per_trigger events, so
+it fits in the driver) is collected to the driver, which reads the rows the batch can touch (its
+peers' at their bridges, and the rows of a bridge that restarted) and folds the events over them
+in per-peer order (Kafka offset order: one peer's events share a partition) by the rules in
+pipeline/filter/batch_effect.py: restarts, then per-peer resets and refreshes, then each
+criterion's last SUBSCRIBE / UNSUBSCRIBE. What changed is written by one MERGE on the full key
+(none when nothing did). Before, three MERGEs planned by Spark (restarts, peers, criteria), each
+re-reading the batch from Kafka, cost 5-7 CPU-s for a batch of 20-60 events.
 
-1. per (peer, bridge): an UNSUBSCRIBE_ALL / EXPIRE in the batch deletes every row of the peer at that bridge that was
-   there before (all older than the reset); a REFRESH (a PING that found subscriptions) after
-   the last reset raises `last_refresh` of the peer's rows;
-2. per criterion: the last SUBSCRIBE / UNSUBSCRIBE after the peer's last reset upserts or
-   deletes the row (`last_refresh` = the later of the event and the peer's refresh).
-
-Both steps are idempotent (a replayed batch gives the same table: deletes of what is gone,
-`greatest` for times), so the at-least-once foreachBatch is exactly-once in effect.
+The fold is idempotent (a replayed batch, folded over rows that already hold its effect, writes
+the same rows), so the at-least-once foreachBatch is exactly-once in effect; the job is the
+table's only writer, and its batches and expiry run under one lock.
 Expiry: rows whose `last_refresh` is older than the TTL (plus the cadence's longest wait, so a
 refresh still on its way keeps its row) are deleted every `expire_interval_s` by the driver
 (under the same lock as the batches: no concurrent Delta writers in the job), when any can be:
@@ -35,17 +36,15 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.window import Window
 
 from core.settings import WarehouseSettings
+from pipeline.filter import batch_effect
 from pipeline.filter.settings import SubscriptionsJobSettings
 from pipeline.spark.delta import ensure_table
 from pipeline.spark.kafka_io import read_topic_stream
-from pipeline.spark.protobuf import from_protobuf
-from pipeline.spark.records import SUBSCRIPTION_EVENT
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from pipeline.spark.metrics import JobMetrics
@@ -63,8 +62,14 @@ SUBSCRIPTIONS_SCHEMA = T.StructType([
     T.StructField("last_refresh", T.DoubleType(), False),     # last SUBSCRIBE / PING
 ])
 
-RESET_OPS = ("UNSUBSCRIBE_ALL", "EXPIRE")
-RESTART_PEER = "*"  # BRIDGE_RESTART records name no peer
+
+KEY_COLUMNS = ("peer_id", "bridge_id", "pubsub_topic", "content_topic")
+KEY_MATCH = " AND ".join(f"t.{c} = s.{c}" for c in KEY_COLUMNS)
+# The driver path's MERGE source: a row to write ("put") or a key to delete ("delete").
+CHANGES_SCHEMA = T.StructType(
+    [T.StructField(c, T.StringType(), False) for c in KEY_COLUMNS]
+    + [T.StructField(f.name, f.dataType, True) for f in SUBSCRIPTIONS_SCHEMA.fields if f.name not in KEY_COLUMNS]
+    + [T.StructField("action", T.StringType(), False)])
 
 
 def ensure_subscriptions_table(spark: SparkSession, warehouse: WarehouseSettings) -> str:
@@ -73,93 +78,46 @@ def ensure_subscriptions_table(spark: SparkSession, warehouse: WarehouseSettings
     return path
 
 
-def decode_events(kafka_df: DataFrame) -> DataFrame:
-    """Kafka rows -> valid SubscriptionEvents with their Kafka order (`seq`)."""
-    ev = from_protobuf(F.col("value"), SUBSCRIPTION_EVENT, kafka_df.sparkSession)
-    df = kafka_df.select(ev.alias("e"), F.col("partition"), F.col("offset"))
-    df = df.where(F.col("e").isNotNull() & (F.col("e.peer_id") != "") & (F.col("e.bridge_id") != "")
-                  & ((F.col("e.op") != "BRIDGE_RESTART") | (F.col("e.peer_id") == RESTART_PEER)))
-    return df.select(
-        "e.peer_id", "e.bridge_id", "e.op", "e.pubsub_topic", "e.content_topics", "e.event_time",
-        "e.request_id", "e.protocol",
-        # per-peer order: one peer's events are in one partition (keyed by peer id)
-        (F.col("partition").cast("long") * F.lit(1 << 40) + F.col("offset")).alias("seq"),
-    )
-
-
-def net_effect(events: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(per-peer resets/refreshes, per-criterion last op) of a batch of decoded events."""
-    key = ["peer_id", "bridge_id"]
-    resets = events.where(F.col("op").isin(*RESET_OPS)).groupBy(*key).agg(F.max("seq").alias("reset_seq"))
-    after = events.join(resets, key, "left").where(
-        F.col("reset_seq").isNull() | (F.col("seq") > F.col("reset_seq")))
-    refresh = after.where(F.col("op") == "REFRESH").groupBy(*key).agg(F.max("event_time").alias("refresh_time"))
-    peers = resets.join(refresh, key, "full_outer").select(
-        *key, F.col("reset_seq").isNotNull().alias("reset"), "refresh_time")
-    crit = after.where(F.col("op").isin("SUBSCRIBE", "UNSUBSCRIBE")).select(
-        "peer_id", "bridge_id", "op", "pubsub_topic", F.explode("content_topics").alias("content_topic"),
-        "event_time", "request_id", "protocol", "seq")
-    w = Window.partitionBy("peer_id", "bridge_id", "pubsub_topic", "content_topic").orderBy(F.col("seq").desc())
-    crit = crit.withColumn("rn", F.row_number().over(w)).where("rn = 1").drop("rn", "seq")
-    crit = crit.join(refresh, key, "left").withColumn(
-        "last_refresh", F.greatest(F.col("event_time"), F.coalesce(F.col("refresh_time"), F.col("event_time"))))
-    return peers, crit.drop("refresh_time")
-
-
 def apply_batch(batch: DataFrame, path: str) -> dict[str, Any]:
-    """Apply one micro-batch of raw Kafka rows to the table; returns its event count (`events`)
-    and the earliest SUBSCRIBE time in it (`first_subscribe`, None without one)."""
+    """Apply one micro-batch of raw Kafka rows (at most the stream's max_events_per_trigger) to
+    the table: collected to the driver, its effect computed there (batch_effect) over the rows it
+    can touch (one filtered read), then written by one MERGE on the full key (none when nothing
+    changes). Returns its valid event count (`events`), the earliest SUBSCRIBE time in it
+    (`first_subscribe`, None without one) and the rows deleted or written (`changes`)."""
     from delta.tables import DeltaTable
 
     spark = batch.sparkSession
-    # The MERGE sources derive from the batch, a fixed Kafka offset range: deterministic when
-    # re-read, so Delta need not materialize them (its local-checkpoint copy lost blocks under
-    # memory pressure in tests). Nothing in the source plan may then be cached.
+    # The MERGE source is a local relation made here: deterministic, nothing to materialize.
     spark.conf.set("spark.databricks.delta.merge.materializeSource", "none")
-    events = decode_events(batch)
-    by_op: dict[str, int] = {}
-    first_subscribe = None  # the earliest time a row this batch inserts can carry
-    for r in events.groupBy("op").agg(F.count(F.lit(1)).alias("n"), F.min("event_time").alias("first")).collect():
-        by_op[r["op"]] = r["n"]
-        if r["op"] == "SUBSCRIBE":
-            first_subscribe = r["first"]
-    n = sum(by_op.values())
-    if n == 0:
+    events = batch_effect.decode((r[0], r[1], r[2]) for r in batch.select("value", "partition", "offset").collect())
+    if not events:
         return {"events": 0}
-    table = DeltaTable.forPath(spark, path)
-    if by_op.get("BRIDGE_RESTART"):
-        # A bridge restarted empty: what an earlier run of it left (refreshed before the
-        # restart) is gone, and so are that run's events in this batch (earlier event times, any
-        # partition: the restart record is keyed "*"); what the new run answered stays.
-        restarts = events.where(F.col("op") == "BRIDGE_RESTART").groupBy("bridge_id").agg(
-            F.max("event_time").alias("restart_time"))
-        (table.alias("t").merge(restarts.alias("s"), "t.bridge_id = s.bridge_id")
-         .whenMatchedDelete(condition="t.last_refresh < s.restart_time")
+    pairs, restarts = batch_effect.touched(events)
+    table = spark.read.format("delta").load(path)
+    peers = sorted({p for p, _ in pairs})
+    cond = F.col("peer_id").isin(peers) if peers else F.lit(False)
+    if restarts:
+        cond = cond | F.col("bridge_id").isin(sorted(restarts))
+    current = {}
+    for r in table.where(cond).collect():
+        row = batch_effect.Row(*r)
+        if (row.peer_id, row.bridge_id) in pairs or row.bridge_id in restarts:
+            current[row.key] = row
+    effect = batch_effect.effect(events, current)
+    if effect.changes:
+        source = spark.createDataFrame(
+            [(*k, None, None, None, None, "delete") for k in effect.deleted]
+            + [(r.peer_id, r.bridge_id, r.pubsub_topic, r.content_topic, r.protocol, r.request_id,
+                r.subscribed_time, r.last_refresh, "put") for r in effect.written],
+            CHANGES_SCHEMA)
+        values: dict[str, str | Column] = {c: f"s.{c}" for c in SUBSCRIPTIONS_SCHEMA.fieldNames()}
+        (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), KEY_MATCH)
+         .whenMatchedDelete(condition="s.action = 'delete'")
+         .whenMatchedUpdate(condition="s.action = 'put'",
+                            set={c: v for c, v in values.items() if c not in KEY_COLUMNS})
+         .whenNotMatchedInsert(condition="s.action = 'put'", values=values)
          .execute())
-        events = events.join(F.broadcast(restarts), "bridge_id", "left").where(
-            F.col("restart_time").isNull() | (F.col("event_time") >= F.col("restart_time"))).drop("restart_time")
-    peers, crit = net_effect(events.where(F.col("op") != "BRIDGE_RESTART"))
-    if any(by_op.get(op) for op in (*RESET_OPS, "REFRESH")):
-        (table.alias("t").merge(peers.alias("s"), "t.peer_id = s.peer_id AND t.bridge_id = s.bridge_id")
-         .whenMatchedDelete(condition="s.reset")
-         .whenMatchedUpdate(condition="s.refresh_time IS NOT NULL AND s.refresh_time > t.last_refresh",
-                            set={"last_refresh": "s.refresh_time"})
-         .execute())
-    if by_op.get("SUBSCRIBE") or by_op.get("UNSUBSCRIBE"):
-        (table.alias("t").merge(
-            crit.alias("s"),
-            "t.peer_id = s.peer_id AND t.bridge_id = s.bridge_id AND t.pubsub_topic = s.pubsub_topic "
-            "AND t.content_topic = s.content_topic")
-         .whenMatchedDelete(condition="s.op = 'UNSUBSCRIBE'")
-         .whenMatchedUpdate(condition="s.op = 'SUBSCRIBE'", set={
-             "protocol": "s.protocol", "request_id": "s.request_id",
-             "last_refresh": "greatest(t.last_refresh, s.last_refresh)"})
-         .whenNotMatchedInsert(condition="s.op = 'SUBSCRIBE'", values={
-             "peer_id": "s.peer_id", "pubsub_topic": "s.pubsub_topic", "content_topic": "s.content_topic",
-             "bridge_id": "s.bridge_id", "protocol": "s.protocol", "request_id": "s.request_id",
-             "subscribed_time": "s.event_time", "last_refresh": "s.last_refresh"})
-         .execute())
-    return {"events": n, "first_subscribe": first_subscribe}
+    return {"events": effect.events, "first_subscribe": effect.first_subscribe, "changes": effect.changes}
 
 
 def warm_up(spark: SparkSession, path: str) -> float:
@@ -306,6 +264,7 @@ class SubscriptionsJob:
         # MERGEs into the whole table, a fixed cost paid every few seconds only when events come
         # that fast. Matching does not wait for it (the resident index follows the events).
         source = read_topic_stream(self.spark, s.kafka, s.topic, starting_offsets="earliest",
+                                   max_offsets_per_trigger=s.max_events_per_trigger,
                                    min_offsets_per_trigger=s.min_events_per_trigger or None,
                                    max_trigger_delay_s=s.max_trigger_delay_s)
         self.query = (source.writeStream.queryName(self.query_name)

@@ -100,7 +100,8 @@ def test_a_peer_that_moves_bridges_keeps_its_new_subscriptions(spark, tmp_path):
     apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a", "b"], 110, bridge="B")]), path)
     rows = spark.read.format("delta").load(path).collect()
     assert sorted((r.bridge_id, r.content_topic) for r in rows) == [("A", "a"), ("B", "a"), ("B", "b")]
-    apply_batch(kafka_rows(spark, [ev("p", pr.EXPIRE, t=170, bridge="A")]), path)  # A's sweep, a minute later
+    # A's sweep, a minute later
+    apply_batch(kafka_rows(spark, [ev("p", pr.EXPIRE, t=170, bridge="A")]), path)
     rows = spark.read.format("delta").load(path).collect()
     assert sorted((r.bridge_id, r.content_topic) for r in rows) == [("B", "a"), ("B", "b")]
 
@@ -137,7 +138,8 @@ def test_a_restarted_bridge_drops_what_its_earlier_run_left(spark, tmp_path):
     (BRIDGE_RESTART): its rows refreshed before the restart go, those of other bridges and those
     its new run answered stay, whichever batch they land in."""
     from core.settings import WarehouseSettings
-    from pipeline.filter.subscriptions import RESTART_PEER, apply_batch, ensure_subscriptions_table
+    from pipeline.filter.batch_effect import RESTART_PEER
+    from pipeline.filter.subscriptions import apply_batch, ensure_subscriptions_table
 
     path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(
         load_config([f"warehouse.root={tmp_path}"], environ={})))

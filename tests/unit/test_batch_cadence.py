@@ -76,6 +76,12 @@ def test_subscriptions_cadence_and_expiry_grace():
     with pytest.raises(ConfigError):
         SubscriptionsJobSettings.from_config(load_config(["filter.subscriptions_min_events_per_trigger=-5"],
                                                          environ={}))
+    assert s.max_events_per_trigger == 20_000  # a batch is collected to the driver: bounded
+    for bad in (["filter.subscriptions_max_events_per_trigger=0"],
+                ["filter.subscriptions_max_events_per_trigger=500",
+                 "filter.subscriptions_min_events_per_trigger=1000"]):
+        with pytest.raises(ConfigError, match="max_events_per_trigger"):
+            SubscriptionsJobSettings.from_config(load_config(bad, environ={}))
 
 
 def test_expiry_waits_for_events_on_their_way():

@@ -1,0 +1,94 @@
+"""The subscriptions job's fold of a batch over the rows it can touch
+(pipeline/filter/batch_effect.py): pure, so every rule is checked here without Spark; the job's
+MERGE of the result is tested in tests/integration/test_filter_spark.py."""
+from __future__ import annotations
+
+import random
+
+from pipeline.filter.batch_effect import RESTART_PEER, Row, decode, effect, touched
+from schemas import pipeline_records_pb2 as pr
+
+PT = "/waku/2/rs/1/0"
+S, U, ALL, EXP, REF = pr.SUBSCRIBE, pr.UNSUBSCRIBE, pr.UNSUBSCRIBE_ALL, pr.EXPIRE, pr.REFRESH
+RESTART = pr.BRIDGE_RESTART
+
+
+def ev(peer: str, op: int, cts=(), t: float = 100.0, bridge: str = "B", rid: str = "r") -> bytes:
+    return pr.SubscriptionEvent(peer_id=peer, bridge_id=bridge, op=op, pubsub_topic=PT if cts else "",
+                                content_topics=list(cts), event_time=t, request_id=rid,
+                                protocol="v2").SerializeToString()
+
+
+def records(values: list[bytes], partition: int = 0, first: int = 0) -> list[tuple[bytes, int, int]]:
+    return [(v, partition, first + i) for i, v in enumerate(values)]
+
+
+def row(peer: str, ct: str, last: float, bridge: str = "B", since: float = 50.0, rid: str = "old") -> Row:
+    return Row(peer, PT, ct, bridge, "v2", rid, since, last)
+
+
+def fold(current: list[Row], *values: bytes) -> dict:
+    events = decode(records(list(values)))
+    out = effect(events, {r.key: r for r in current})
+    rows = {r.key: r for r in current if r.key not in out.deleted}
+    rows.update({r.key: r for r in out.written})
+    return {(k[0], k[1], k[3]): (r.last_refresh, r.subscribed_time, r.request_id) for k, r in rows.items()}
+
+
+def test_invalid_records_are_skipped():
+    events = decode([(b"\xff\xffnot an event", 0, 0), (ev("", S, ["a"]), 0, 1),
+                     (ev("p", S, ["a"], bridge=""), 0, 2), (ev("p", RESTART), 0, 3),
+                     (ev(RESTART_PEER, RESTART), 0, 4), (ev("p", S, ["a"]), 1, 5), (None, 0, 6)])
+    assert [(e.peer_id, e.op, e.seq) for e in events] == [("*", "BRIDGE_RESTART", 4), ("p", "SUBSCRIBE", (1 << 40) + 5)]
+
+
+def test_subscribe_then_unsubscribe_in_kafka_order():
+    assert fold([], ev("p", S, ["a", "b"], 100), ev("p", U, ["b"], 101), ev("q", U, ["a"], 101)) == {
+        ("p", "B", "a"): (100.0, 100.0, "r")}
+
+
+def test_a_resubscribe_keeps_subscribed_time_and_never_lowers_last_refresh():
+    got = fold([row("p", "a", 150.0)], ev("p", S, ["a"], 120, rid="r2"))
+    assert got == {("p", "B", "a"): (150.0, 50.0, "r2")}
+
+
+def test_reset_removes_the_peers_rows_at_that_bridge_only_before_it():
+    current = [row("p", "a", 90.0), row("p", "b", 90.0), row("p", "a", 90.0, bridge="C"), row("q", "a", 90.0)]
+    got = fold(current, ev("p", S, ["c"], 100), ev("p", ALL, t=101), ev("p", S, ["a"], 102), ev("q", EXP, t=103))
+    assert got == {("p", "B", "a"): (102.0, 102.0, "r"), ("p", "C", "a"): (90.0, 50.0, "old")}
+
+
+def test_refresh_after_the_reset_raises_every_row():
+    got = fold([row("p", "a", 90.0), row("p", "b", 200.0)], ev("p", REF, t=150), ev("p", S, ["c"], 120))
+    assert got == {("p", "B", "a"): (150.0, 50.0, "old"), ("p", "B", "b"): (200.0, 50.0, "old"),
+                   ("p", "B", "c"): (150.0, 120.0, "r")}
+
+
+def test_a_bridge_restart_drops_what_its_earlier_run_left():
+    current = [row("p", "a", 150.0), row("p", "gone", 150.0), row("q", "a", 150.0, bridge="C")]
+    values = [ev(RESTART_PEER, RESTART, t=200), ev("p", S, ["a"], 201), ev("p", S, ["late"], 199)]
+    events = decode(records(values))
+    pairs, restarts = touched(events)
+    assert pairs == {("p", "B")} and restarts == {"B": 200.0}
+    assert fold(current, *values) == {("p", "B", "a"): (201.0, 201.0, "r"), ("q", "C", "a"): (150.0, 50.0, "old")}
+
+
+def test_a_replayed_batch_writes_nothing_new():
+    """Seeded: any batch folded again over its own result changes nothing."""
+    seed = 20261128
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    for _ in range(200):
+        values = []
+        for _ in range(rng.randint(1, 30)):
+            peer, t = rng.choice("pqr"), rng.uniform(0, 100)
+            op = rng.choice([S, S, U, ALL, EXP, REF, RESTART])
+            cts = rng.sample("abcd", rng.randint(1, 2)) if op in (S, U) else ()
+            values.append(ev(RESTART_PEER if op == RESTART else peer, op, cts, t, bridge=rng.choice("BC")))
+        current = {r.key: r for r in (row(p, c, rng.uniform(0, 100), bridge=b)
+                                      for p in "pq" for c in "ab" for b in "BC")}
+        events = decode(records(values))
+        first = effect(events, current)
+        after = {k: r for k, r in current.items() if k not in first.deleted} | {r.key: r for r in first.written}
+        again = effect(events, after)
+        assert again.changes == 0, values
