@@ -314,6 +314,19 @@ def read_pushes(bootstrap: str, topic: str, until_idle_s: float = 5.0) -> list[t
     return out
 
 
+def stop_outcome(log_text: str) -> str:
+    """How a SIGTERM'd job's log says its queries ended: "stopped" (the hook stopped them and no
+    ERROR line follows), "stopped, then: <first ERROR line>", "terminated with error" or
+    "no stop logged"."""
+    if "terminated with error" in log_text:
+        return "terminated with error"
+    at = log_text.find("before the SparkContext")
+    if at < 0:
+        return "no stop logged"
+    errors = [line for line in log_text[at:].splitlines() if " ERROR " in line]
+    return f"stopped, then: {errors[0][:300]}" if errors else "stopped"
+
+
 def main() -> int:
     if len(sys.argv) > 2 and sys.argv[1] == "--role":
         spec = json.loads(sys.argv[3])
@@ -587,12 +600,11 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
         # SIGTERM stopped the real-time query (always inside a long batch) before its SparkContext:
-        # ended stopped, not "terminated with error" (jvm/ StopQueriesFirst).
+        # ended stopped, not "terminated with error", and nothing logged as an error on the way
+        # (jvm/ StopQueriesFirst).
         filter_log = tmp / "logs" / "filter.log"
         if filter_log.exists():
-            text = filter_log.read_text(errors="replace")
-            result["filter_job_stop"] = ("terminated with error" if "terminated with error" in text
-                                         else "stopped" if "before the SparkContext" in text else "no stop logged")
+            result["filter_job_stop"] = stop_outcome(filter_log.read_text(errors="replace"))
         if bridge is not None:
             bridge.stop(30)
         broker.stop()

@@ -57,7 +57,10 @@ public final class StopQueriesFirst {
     /**
      * Stops every active query of `session`; returns how many were stopped. The scheduler's
      * lines about the tasks and job groups these stops cancel ("Lost task ... TaskKilled",
-     * "Failed to cancel job group"), each a WARN of an expected event here, are kept to errors.
+     * "Failed to cancel job group"), each a WARN of an expected event here, are kept to errors;
+     * the DataSource V2 writer's about the epoch these stops abort ("Data source write support
+     * ... is aborting", "Aborting task" with the Kafka producer's InterruptException: an ERROR
+     * and a stack trace per task of a real-time query, whose epoch a restart replays) are off.
      */
     public static int stopAll(SparkSession session) {
         if (session.sparkContext().isStopped()) {
@@ -74,6 +77,8 @@ public final class StopQueriesFirst {
         if (active.length > 0) {
             Configurator.setLevel("org.apache.spark.scheduler.TaskSetManager", Level.ERROR);
             Configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", Level.ERROR);
+            Configurator.setLevel("org.apache.spark.sql.execution.datasources.v2", Level.OFF);
+            Configurator.setLevel("org.apache.spark.util.Utils", Level.OFF);  // "Aborting task"
         }
         for (StreamingQuery query : active) {
             String name = query.name() != null ? query.name() : query.id().toString();
