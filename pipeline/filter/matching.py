@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
@@ -34,7 +35,7 @@ from pipeline.filter.settings import FilterJobSettings
 from pipeline.filter.subscriptions import ensure_subscriptions_table
 from pipeline.spark.kafka_io import kafka_options, read_topic_stream
 from pipeline.spark.records import decode_ingest_records
-from pipeline.spark.session import register_java_function
+from pipeline.spark.session import delete_path, register_java_function
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -175,12 +176,59 @@ def start_filter_query(spark: SparkSession, settings: FilterJobSettings, query_n
             realTime=settings.realtime_checkpoint_interval)
     else:
         raise ConfigError(f"filter.trigger: expected microbatch or realtime, got {mode!r}")
+    if mode == "realtime" and settings.realtime_warm_up_epochs > 0:
+        warm_up_epochs(out, sink, settings, f"{query_name}-warm-up",
+                       (checkpoint or settings.warehouse.checkpoint_path("filter")) + "-warm-up")
     if metrics is not None:
         metrics.watch(query_name)
     query = writer.start()
     log.info("filter query started (%s, %s criteria): %s ⋈ %s -> %s<bridge_id>", mode, settings.criteria,
              settings.messages_topic, settings.warehouse.table_path("subscriptions"), settings.push_prefix)
     return query
+
+
+# The warm-up's epochs: real-time mode's shortest (spark.sql.streaming.realTimeMode.minBatchDuration).
+WARM_UP_EPOCH = "5 seconds"
+
+
+def warm_up_epochs(out: DataFrame, sink: dict[str, str], settings: FilterJobSettings, name: str,
+                   checkpoint: str, timeout_s: float = 120.0) -> float:
+    """Run the real-time query's plan, every row filtered out before its Kafka sink (real-time
+    mode allows no noop sink), with 5 s epochs until `settings.realtime_warm_up_epochs` epochs
+    have ended, then stop it and delete its checkpoint.
+    An epoch boundary stops and relaunches every task after committing the epoch; the first ones
+    in a JVM run cold code (class loading, first-time initialisation, the interpreter), and every
+    push waits meanwhile. Returns the seconds it took; a warm-up that fails or times out is logged
+    and skipped (the real query starts anyway)."""
+    spark = out.sparkSession
+    began = time.monotonic()
+    query = None
+    try:
+        nothing = out.where(F.length(F.col("value")) < 0)  # not folded away: the plan stays whole
+        query = (nothing.writeStream.queryName(name).format("kafka").options(**sink).outputMode("update")
+                 .option("checkpointLocation", checkpoint)
+                 .trigger(realTime=WARM_UP_EPOCH)  # type: ignore[call-overload]
+                 .start())
+        while time.monotonic() - began < timeout_s:
+            progress = query.lastProgress
+            if progress is not None and progress["batchId"] + 1 >= settings.realtime_warm_up_epochs:
+                break
+            if not query.isActive:
+                raise RuntimeError(f"warm-up query ended: {query.exception()}")
+            time.sleep(0.2)
+        else:
+            log.warning("real-time warm-up: %d epochs not done in %.0f s; starting anyway",
+                        settings.realtime_warm_up_epochs, timeout_s)
+    except Exception as exc:  # noqa: BLE001 - only the first epoch boundary is slower without it
+        log.warning("real-time warm-up failed (the first epoch boundary will be slower): %s", exc)
+    finally:
+        jvm = spark.sparkContext._jvm
+        if query is not None and jvm is not None:  # inside an epoch: without the writer's lines about it
+            jvm.waku.pipeline.StopQueriesFirst.stopQuietly(query._jsq)
+        delete_path(spark, checkpoint)
+    took = time.monotonic() - began
+    log.info("real-time warm-up: %d epochs in %.1f s", settings.realtime_warm_up_epochs, took)
+    return took
 
 
 def join_strategy(query: StreamingQuery) -> str:

@@ -68,6 +68,9 @@ class FilterJobSettings:
     subscriptions_topic: str = "waku.subscriptions"
     index_poll_ms: int = 500
     messages_partitions: int = 4
+    # Real-time mode: epochs of a throw-away query run before the real one (0: none), so the real
+    # query's first epoch boundary runs warm code (pipeline/filter/matching.warm_up_epochs).
+    realtime_warm_up_epochs: int = 2
 
     @classmethod
     def from_config(cls, config: Config) -> FilterJobSettings:
@@ -83,4 +86,4 @@ class FilterJobSettings:
                    f["trigger"], f["trigger_seconds"], f["realtime_checkpoint_interval"], f["starting_offsets"],
                    f["max_offsets_per_trigger"], JobMetricsSettings.from_config(config, "filter"),
                    f["criteria"], config.get("topics.subscriptions"), int(f["index_poll_ms"]),
-                   int(config.get("topics.messages_partitions")))
+                   int(config.get("topics.messages_partitions")), int(f["realtime_warm_up_epochs"]))

@@ -42,6 +42,7 @@ from pipeline.filter import batch_effect
 from pipeline.filter.settings import SubscriptionsJobSettings
 from pipeline.spark.delta import ensure_table
 from pipeline.spark.kafka_io import read_topic_stream
+from pipeline.spark.session import delete_path
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -149,10 +150,7 @@ def warm_up(spark: SparkSession, path: str) -> float:
         expire(spark, path, 1.0, now=3.5)
         earliest_refresh(spark, path)
     finally:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None  # a live session has its gateway
-        target = jvm.org.apache.hadoop.fs.Path(path)
-        target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(target, True)
+        delete_path(spark, path)
     return time.monotonic() - began
 
 

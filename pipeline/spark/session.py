@@ -9,8 +9,12 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from core.spark_conf import SUBMITTED_ENV, SparkSettings, master_defaults, spark_defaults
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def build_session(settings: SparkSettings, app: str, extra: dict[str, str] | None = None):
@@ -81,3 +85,12 @@ def freeze_start_up_objects() -> None:
     collection, so `release_java_objects` after each batch scans only what came since."""
     gc.collect()
     gc.freeze()
+
+
+def delete_path(spark: SparkSession, path: str) -> bool:
+    """Delete `path` recursively on its Hadoop file system (local, s3a://, ...); False when it
+    was not there."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a live session has its gateway
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    return bool(target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(target, True))

@@ -3,6 +3,7 @@ package waku.pipeline;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.util.ShutdownHookManager;
 import org.apache.logging.log4j.Level;
+import org.apache.logging.log4j.LogManager;
 import org.apache.logging.log4j.core.config.Configurator;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.streaming.StreamingQuery;
@@ -10,7 +11,9 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.IdentityHashMap;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
 
@@ -62,6 +65,52 @@ public final class StopQueriesFirst {
      * ... is aborting", "Aborting task" with the Kafka producer's InterruptException: an ERROR
      * and a stack trace per task of a real-time query, whose epoch a restart replays) are off.
      */
+    /** Loggers kept quieter during a stop, and the level each gets (see stopAll). */
+    private static final Map<String, Level> QUIET = Map.of(
+            "org.apache.spark.scheduler.TaskSetManager", Level.ERROR,
+            "org.apache.spark.scheduler.DAGScheduler", Level.ERROR,
+            "org.apache.spark.sql.execution.datasources.v2", Level.OFF,
+            "org.apache.spark.util.Utils", Level.OFF);  // "Aborting task"
+
+    /** Sets the QUIET levels; returns the levels they had. */
+    private static Map<String, Level> quiet() {
+        Map<String, Level> before = new HashMap<>();
+        for (Map.Entry<String, Level> e : QUIET.entrySet()) {
+            before.put(e.getKey(), LogManager.getLogger(e.getKey()).getLevel());
+            Configurator.setLevel(e.getKey(), e.getValue());
+        }
+        return before;
+    }
+
+    /**
+     * Stops `query` (a running batch or real-time epoch cancelled) with the lines about what the
+     * stop cancels kept quiet, as at shutdown, until the application runs no Spark job (up to
+     * 10 s: the cancelled tasks end after stop() returns), then gives the loggers their levels
+     * back: for a program that stops a query of its own while the JVM goes on (the filter job's
+     * warm-up, before it starts anything else).
+     */
+    public static void stopQuietly(StreamingQuery query) throws java.util.concurrent.TimeoutException {
+        Map<String, Level> before;
+        synchronized (QUIET) {
+            before = quiet();
+        }
+        try {
+            query.stop();
+            // The cancelled tasks end (and log their abort) after stop() returns: wait for them.
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (query.sparkSession().sparkContext().statusTracker().getActiveJobIds().length > 0
+                    && System.nanoTime() < deadline) {
+                Thread.sleep(20);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        } finally {
+            synchronized (QUIET) {
+                before.forEach(Configurator::setLevel);
+            }
+        }
+    }
+
     public static int stopAll(SparkSession session) {
         if (session.sparkContext().isStopped()) {
             return 0;  // stopped by its program before the JVM's shutdown: no query runs
@@ -75,10 +124,7 @@ public final class StopQueriesFirst {
         int stopped = 0;
         long began = System.nanoTime();
         if (active.length > 0) {
-            Configurator.setLevel("org.apache.spark.scheduler.TaskSetManager", Level.ERROR);
-            Configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", Level.ERROR);
-            Configurator.setLevel("org.apache.spark.sql.execution.datasources.v2", Level.OFF);
-            Configurator.setLevel("org.apache.spark.util.Utils", Level.OFF);  // "Aborting task"
+            quiet();
         }
         for (StreamingQuery query : active) {
             String name = query.name() != null ? query.name() : query.id().toString();
