@@ -10,7 +10,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 INGEST_RECORD = "waku.pipeline.v1.IngestRecord"
-SUBSCRIPTION_EVENT = "waku.pipeline.v1.SubscriptionEvent"
 PUSH_RECORD = "waku.pipeline.v1.PushRecord"
 
 # Columns of a decoded ingest record, in the order the store writes them.
