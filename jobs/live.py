@@ -57,20 +57,24 @@ def main(argv: list[str] | None = None) -> int:
         # A query's jobs go to the pool set on the thread that starts it.
         sc.setLocalProperty("spark.scheduler.pool", "subscriptions")
         subscriptions = SubscriptionsJob(spark, settings.subscriptions, metrics=metrics["subscriptions"])
-        subscriptions.start()
+        queries = [subscriptions.start()]
         log.info("subscriptions query started: %s -> %s", settings.subscriptions.topic, subscriptions.path)
         sc.setLocalProperty("spark.scheduler.pool", "store")
-        start_store_query(spark, settings.store, metrics=metrics["store"])
+        queries.append(start_store_query(spark, settings.store, metrics=metrics["store"]))
         log.info("store query started: %s -> %s", settings.store.topic,
                  settings.store.warehouse.table_path("messages"))
         sc.setLocalProperty("spark.scheduler.pool", "filter")
         if metrics["filter"] is not None and settings.filter.criteria == "resident":
             metrics["filter"].registry.register(IndexCollector(spark))
-        start_filter_query(spark, settings.filter, metrics=metrics["filter"])
+        queries.append(start_filter_query(spark, settings.filter, metrics=metrics["filter"]))
         sc.setLocalProperty("spark.scheduler.pool", None)
-        # The first query to end (failed or stopped) ends the application: its supervisor restarts
-        # all three, each from its checkpoint.
-        spark.streams.awaitAnyTermination()
+        # The first of the three to end (failed or stopped) ends the application: its supervisor
+        # restarts all three, each from its checkpoint. Queries that ended before (the filter
+        # job's real-time warm-up) are forgotten first; one of the three that ended meanwhile is
+        # seen by its isActive.
+        spark.streams.resetTerminated()
+        if all(q.isActive for q in queries):
+            spark.streams.awaitAnyTermination()
     finally:
         for query in spark.streams.active:
             query.stop()
