@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kafka import KafkaAdminClient, KafkaConsumer
+    from kafka import KafkaAdminClient
 
 log = logging.getLogger("waku.kafka")
 
@@ -79,22 +78,6 @@ def librdkafka_options(options: Mapping[str, str]) -> dict[str, str]:
         else:
             out[name] = value
     return out
-
-
-def open_consumer(options: Mapping[str, Any], stop: threading.Event, who: str,
-                  retry_s: float = 2.0) -> KafkaConsumer | None:
-    """A kafka-python KafkaConsumer with `options`, trying again every `retry_s` while Kafka
-    cannot be reached (one warning line per attempt, no traceback); None once `stop` (a
-    threading.Event) is set. For consumer threads that must outlive a broker's absence."""
-    from kafka import KafkaConsumer
-
-    while True:
-        try:
-            return KafkaConsumer(**options)
-        except Exception as exc:  # noqa: BLE001 - Kafka down: retry until stopped
-            log.warning("%s: cannot reach Kafka (%s), retrying", who, exc)
-            if stop.wait(retry_s):
-                return None
 
 
 def _leader(partition: Mapping[str, Any]) -> int:

@@ -1,7 +1,7 @@
 """The pusher: consumes the bridge's push topic (waku.push.<bridge_id>, written by the Spark
 filter job) and sends each match to its peer over the existing connection.
 
-A Kafka consumer thread (kafka-python; no group: it starts at the end of the topic, pushes are
+A Kafka consumer thread (librdkafka; no group: it starts at the end of the topic, pushes are
 live only) hands batches of values to trio through ``TrioToken.run_sync_soon``. On the trio
 side each record is checked against the bridge's view (a peer that unsubscribed since the job
 matched gets nothing), de-duplicated per peer (``Dedup``: the source offset's high-water mark per
@@ -38,30 +38,35 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from libp2p.network.stream.exceptions import StreamEOF
 from libp2p.stream_muxer.exceptions import MuxedStreamEOF
 from libp2p.utils import encode_delim
 
-from core.kafka import client_options as kafka_client_options
-from core.kafka import open_consumer
+from core.config import ConfigError
+from core.kafka import librdkafka_options
 from ingest.host import write_in_one_frame
 from ingest.ratelimit import TokenBucket
 
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, KafkaError
+
 log = logging.getLogger("ingest.filter.pusher")
 
-FETCH_MIN_BYTES = 1
-FETCH_MAX_WAIT_MS = 5000
-# A poll returns at the first records: its wait only sets how often an idle consumer loop wakes
-# (and how soon it sees a stop).
-IDLE_POLL_MS = 1000
+TAKE_MAX = 5000  # records handed over at most in one batch
+# A poll returns at the first record: its wait only sets how often an idle loop wakes (and how
+# soon it sees a stop).
+IDLE_POLL_S = 1.0
+# librdkafka's own log lines (named "kafka...": the bridge's Kafka log limit applies to them).
+_LIBRDKAFKA_LOG = logging.getLogger("kafka.librdkafka.pusher")
 
 
 class PushConsumer:
-    """Thread consuming every partition of `topic` from its end; `deliver(values)` runs on the
-    trio thread for each non-empty poll."""
+    """Thread consuming every partition of `topic` from its end with librdkafka (its fetches run
+    on librdkafka's threads, without the GIL); `deliver(values)` runs on the trio thread for each
+    batch taken."""
 
     def __init__(self, bootstrap_servers: str, topic: str, client_options: Mapping[str, str],
                  deliver: Callable[[list[bytes]], None], token: trio.lowlevel.TrioToken) -> None:
@@ -78,9 +83,9 @@ class PushConsumer:
         # Per partition, the offset after the last record handed over: a restarted loop goes on
         # from there (the first start begins at the end of the topic).
         self._next: dict[int, int] = {}
-        self._consumer: Any = None
         self.consumed = 0
-        self.cpu_s = 0.0  # this thread's CPU time in polls that returned records (stage "consume")
+        self.cpu_s = 0.0  # this thread's CPU time taking records in (stage "consume")
+        self._last_error = ""
 
     @property
     def alive(self) -> bool:
@@ -88,22 +93,72 @@ class PushConsumer:
         return self._thread.is_alive()
 
     def start(self) -> None:
+        """Start consuming; a Kafka client option librdkafka refuses raises ConfigError here."""
+        self._consumer = self._open()
         self._thread.start()
+
+    _consumer: Consumer | None = None
 
     def stop(self) -> None:
         self._stop.set()
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
+        if not self._thread.is_alive() and self._consumer is not None:  # stopped before the thread took it
+            self._consumer.close()
+            self._consumer = None
+
+    def consumer_config(self) -> dict[str, Any]:
+        """librdkafka's properties for the push topic's consumer (`kafka.client_options` included)."""
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers, "client.id": "waku-bridge-pusher",
+            # Partitions are assigned, never subscribed: the group joins nothing and commits
+            # nothing (librdkafka asks for a group id all the same).
+            "group.id": "waku-bridge-pusher", "enable.auto.commit": False, "enable.auto.offset.store": False,
+            # A fetch is answered as soon as a record is there (no wait added to a push), else
+            # after 5 s: an idle topic costs a fetch in 5 s; under load each fetch takes what
+            # came meanwhile. librdkafka fetches again once the loop has taken what it holds
+            # (queued.min.messages 1, checked every ms).
+            "fetch.min.bytes": 1, "fetch.wait.max.ms": 5000, "queued.min.messages": 1, "fetch.queue.backoff.ms": 1,
+            "max.partition.fetch.bytes": 4 * 1024 * 1024, "reconnect.backoff.max.ms": 1000,
+            "logger": _LIBRDKAFKA_LOG,
+            "error_cb": self._kafka_error,
+        }
+        config.update(librdkafka_options(self.client_options))
+        return config
+
+    def _open(self) -> Consumer:
+        from confluent_kafka import Consumer, KafkaException
+
+        try:
+            return Consumer(self.consumer_config())
+        except KafkaException as exc:  # a property librdkafka refuses: the settings are wrong
+            raise ConfigError(f"kafka.client_options: {exc.args[0].str()}") from None
+
+    def _kafka_error(self, err: KafkaError) -> None:
+        """Kafka's errors: librdkafka's client-wide ones (broker down, all brokers down), which it
+        retries by itself, and those that stop the loop, which starts again: one line each time
+        the error changes, no traceback."""
+        text = err.str()
+        if text != self._last_error:
+            self._last_error = text
+            log.warning("pusher: Kafka: %s (retried)", text)
 
     def _run(self) -> None:
-        """The loop, started again 2 s after a failure (counted in `failures`, logged with its
-        traceback the first time, one line after): a dead consumer would leave the bridge
-        answering SUBSCRIBE with 200 and pushing nothing."""
+        """The loop, started again 2 s after a failure (counted in `failures`; Kafka's answers
+        logged in one line, anything else with its traceback the first time, one line after): a
+        dead consumer would leave the bridge answering SUBSCRIBE with 200 and pushing nothing."""
+        from confluent_kafka import KafkaException
+
         while not self._stop.is_set():
             try:
                 self._loop()
                 return
+            except KafkaException as exc:  # Kafka's answer (a partition's leader moving): no traceback
+                self._kafka_error(exc.args[0])
+                self.failures += 1
+                self.failed = exc
+                self._stop.wait(2.0)
             except BaseException as exc:  # counted, logged, started again (SystemExit too: never left dead)
                 self.failures += 1
                 self.failed = exc
@@ -112,50 +167,37 @@ class PushConsumer:
                 self._stop.wait(2.0)
 
     def _loop(self) -> None:
-        from kafka import TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
-        options: dict[str, Any] = dict(
-            bootstrap_servers=self.bootstrap_servers.split(","), group_id=None, enable_auto_commit=False,
-            # A fetch is answered as soon as a record is there (no wait added to a push), else after
-            # FETCH_MAX_WAIT_MS: an idle topic costs a fetch in 5 s (it was 50 a second with a 20 ms
-            # wait, ~92 % of an idle bridge's CPU; 2 with 500 ms); under load each fetch takes what came meanwhile.
-            fetch_min_bytes=FETCH_MIN_BYTES, fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-            reconnect_backoff_max_ms=1000, client_id="waku-bridge-pusher",
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-        )
-        options.update(kafka_client_options(self.client_options))
-        consumer = open_consumer(options, self._stop, "pusher")
-        if consumer is None:
-            return
-        self._consumer = consumer
+        consumer, self._consumer = self._consumer or self._open(), None
         try:
             parts = None
-            while not parts and not self._stop.is_set():
-                parts = consumer.partitions_for_topic(self.topic)
-                if not parts:
-                    time.sleep(0.5)
-            if self._stop.is_set() or not parts:
-                return
-            tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
-            consumer.assign(tps)
-            consumer.seek_to_end(*(tp for tp in tps if tp.partition not in self._next))
-            for tp in tps:
-                if tp.partition in self._next:
-                    consumer.seek(tp, self._next[tp.partition])
-            for tp in tps:
-                consumer.position(tp)  # fix the start now, before subscriptions are accepted
+            while not parts:
+                try:
+                    meta = consumer.list_topics(self.topic, timeout=5.0).topics[self.topic]
+                except KafkaException as exc:  # cannot reach Kafka: retried, one line per error
+                    self._kafka_error(exc.args[0])
+                    meta = None
+                parts = meta.partitions if meta is not None and meta.error is None else None
+                if not parts and self._stop.wait(0.5):
+                    return
+            # The start fixed now, before subscriptions are accepted: the end of each partition
+            # (an offset, not librdkafka's "end", which it resolves later), or where a failed
+            # loop stopped.
+            starts = {p: self._next[p] if p in self._next
+                      else consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10.0)[1]
+                      for p in sorted(parts)}
+            consumer.assign([TopicPartition(self.topic, p, offset) for p, offset in starts.items()])
+            self._next.update(starts)
             self.ready.set()
-            log.info("pusher: consuming %s (%d partitions)", self.topic, len(tps))
+            log.info("pusher: consuming %s (%d partitions)", self.topic, len(starts))
             thread_time = time.thread_time
             while not self._stop.is_set():
-                t0 = thread_time()
-                batch = consumer.poll(timeout_ms=IDLE_POLL_MS, max_records=5000)  # returns at the first records
-                if not batch:
+                first = consumer.poll(IDLE_POLL_S)  # returns at the first record
+                if first is None:
                     continue
-                values = [r.value for recs in batch.values() for r in recs]
-                for tp, recs in batch.items():
-                    if recs:
-                        self._next[tp.partition] = recs[-1].offset + 1
+                t0 = thread_time()
+                values = self._values([first, *consumer.consume(TAKE_MAX - 1, 0)])
                 self.cpu_s += thread_time() - t0
                 if values:
                     self.consumed += len(values)
@@ -165,6 +207,21 @@ class PushConsumer:
                         return
         finally:
             consumer.close()
+
+    def _values(self, messages: list[Any]) -> list[bytes]:
+        """The records' values; each partition's next offset noted; errors reported."""
+        values = []
+        for m in messages:
+            err = m.error()
+            if err is not None:
+                self._kafka_error(err)
+                continue
+            value, partition, offset = m.value(), m.partition(), m.offset()
+            assert partition is not None and offset is not None  # a record has both
+            self._next[partition] = offset + 1
+            if value is not None:
+                values.append(value)
+        return values
 
 
 REPLAYED = "replayed"

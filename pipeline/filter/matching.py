@@ -203,6 +203,7 @@ def warm_up_epochs(out: DataFrame, sink: dict[str, str], settings: FilterJobSett
     spark = out.sparkSession
     began = time.monotonic()
     query = None
+    done = False
     try:
         nothing = out.where(F.length(F.col("value")) < 0)  # not folded away: the plan stays whole
         query = (nothing.writeStream.queryName(name).format("kafka").options(**sink).outputMode("update")
@@ -212,6 +213,7 @@ def warm_up_epochs(out: DataFrame, sink: dict[str, str], settings: FilterJobSett
         while time.monotonic() - began < timeout_s:
             progress = query.lastProgress
             if progress is not None and progress["batchId"] + 1 >= settings.realtime_warm_up_epochs:
+                done = True
                 break
             if not query.isActive:
                 raise RuntimeError(f"warm-up query ended: {query.exception()}")
@@ -223,11 +225,14 @@ def warm_up_epochs(out: DataFrame, sink: dict[str, str], settings: FilterJobSett
         log.warning("real-time warm-up failed (the first epoch boundary will be slower): %s", exc)
     finally:
         jvm = spark.sparkContext._jvm
+        waited_ms = 0
         if query is not None and jvm is not None:  # inside an epoch: without the writer's lines about it
-            jvm.waku.pipeline.StopQueriesFirst.stopQuietly(query._jsq)
+            waited_ms = jvm.waku.pipeline.StopQueriesFirst.stopQuietly(query._jsq)
         delete_path(spark, checkpoint)
     took = time.monotonic() - began
-    log.info("real-time warm-up: %d epochs in %.1f s", settings.realtime_warm_up_epochs, took)
+    if done:
+        log.info("real-time warm-up: %d epochs in %.1f s (its cancelled tasks ended %d ms after the stop)",
+                 settings.realtime_warm_up_epochs, took, waited_ms)
     return took
 
 

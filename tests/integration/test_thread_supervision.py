@@ -44,15 +44,25 @@ def test_push_consumer_killed_is_restarted_and_misses_nothing(kafka: str):
             assert consumer.ready.is_set()
             await trio.to_thread.run_sync(produce, [b"a1", b"a2", b"a3"])
             await _until(lambda: len(got) >= 3)
-            # Kill the loop: its Kafka consumer closed under it makes the next poll fail.
-            consumer._consumer.close()
-            await _until(lambda: consumer.failures >= 1)
+            # Kill the loop: taking the next batch in fails once (the batch is not handed over).
+            take = consumer._values
+            failed = []
+
+            def fail_once(messages):
+                if not failed:
+                    failed.append(True)
+                    raise RuntimeError("killed by the test")
+                return take(messages)
+
+            consumer._values = fail_once
             await trio.to_thread.run_sync(produce, [b"b1", b"b2", b"b3"])
-            await _until(lambda: len(got) >= 6)
+            await _until(lambda: consumer.failures >= 1)
+            await trio.to_thread.run_sync(produce, [b"c1"])
+            await _until(lambda: len(got) >= 7)
             await trio.sleep(1.0)
             assert consumer.failures == 1, consumer.failed
             with lock:
-                assert sorted(got) == [b"a1", b"a2", b"a3", b"b1", b"b2", b"b3"]
+                assert sorted(got) == [b"a1", b"a2", b"a3", b"b1", b"b2", b"b3", b"c1"]
         finally:
             consumer.stop()
             await trio.to_thread.run_sync(consumer.join, 10.0)

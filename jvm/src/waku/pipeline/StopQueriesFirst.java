@@ -5,10 +5,15 @@ import org.apache.hadoop.util.ShutdownHookManager;
 import org.apache.logging.log4j.Level;
 import org.apache.logging.log4j.LogManager;
 import org.apache.logging.log4j.core.config.Configurator;
+import org.apache.spark.JobExecutionStatus;
+import org.apache.spark.SparkJobInfo;
+import org.apache.spark.SparkStageInfo;
+import org.apache.spark.SparkStatusTracker;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.streaming.StreamingQuery;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import scala.Option;
 
 import java.util.Collections;
 import java.util.HashMap;
@@ -58,14 +63,13 @@ public final class StopQueriesFirst {
     }
 
     /**
-     * Stops every active query of `session`; returns how many were stopped. The scheduler's
-     * lines about the tasks and job groups these stops cancel ("Lost task ... TaskKilled",
-     * "Failed to cancel job group"), each a WARN of an expected event here, are kept to errors;
-     * the DataSource V2 writer's about the epoch these stops abort ("Data source write support
-     * ... is aborting", "Aborting task" with the Kafka producer's InterruptException: an ERROR
-     * and a stack trace per task of a real-time query, whose epoch a restart replays) are off.
+     * Loggers kept quieter during a stop, and the level each gets. The scheduler's lines about
+     * the tasks and job groups a stop cancels ("Lost task ... TaskKilled", "Failed to cancel job
+     * group"), each a WARN of an expected event here, are kept to errors; the DataSource V2
+     * writer's about the epoch a stop aborts ("Data source write support ... is aborting",
+     * "Aborting task" with the Kafka producer's InterruptException: an ERROR and a stack trace
+     * per task of a real-time query, whose epoch a restart replays) are off.
      */
-    /** Loggers kept quieter during a stop, and the level each gets (see stopAll). */
     private static final Map<String, Level> QUIET = Map.of(
             "org.apache.spark.scheduler.TaskSetManager", Level.ERROR,
             "org.apache.spark.scheduler.DAGScheduler", Level.ERROR,
@@ -84,22 +88,27 @@ public final class StopQueriesFirst {
 
     /**
      * Stops `query` (a running batch or real-time epoch cancelled) with the lines about what the
-     * stop cancels kept quiet, as at shutdown, until the application runs no Spark job (up to
-     * 10 s: the cancelled tasks end after stop() returns), then gives the loggers their levels
-     * back: for a program that stops a query of its own while the JVM goes on (the filter job's
-     * warm-up, before it starts anything else).
+     * stop cancels kept quiet, as at shutdown, until none of the query's own Spark jobs runs and
+     * their tasks have ended (its job group is its run id; up to 10 s: the cancelled tasks end
+     * after stop() returns), then
+     * gives the loggers their levels back: for a program that stops a query of its own while the
+     * JVM and its other queries go on (the filter job's warm-up). Returns the milliseconds the
+     * wait for the query's jobs took.
      */
-    public static void stopQuietly(StreamingQuery query) throws java.util.concurrent.TimeoutException {
+    public static long stopQuietly(StreamingQuery query) throws java.util.concurrent.TimeoutException {
         Map<String, Level> before;
         synchronized (QUIET) {
             before = quiet();
         }
+        long stopped = System.nanoTime();
         try {
             query.stop();
+            stopped = System.nanoTime();
             // The cancelled tasks end (and log their abort) after stop() returns: wait for them.
-            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-            while (query.sparkSession().sparkContext().statusTracker().getActiveJobIds().length > 0
-                    && System.nanoTime() < deadline) {
+            SparkStatusTracker tracker = query.sparkSession().sparkContext().statusTracker();
+            String group = query.runId().toString();
+            long deadline = stopped + TimeUnit.SECONDS.toNanos(10);
+            while (running(tracker, group) && System.nanoTime() < deadline) {
                 Thread.sleep(20);
             }
         } catch (InterruptedException e) {
@@ -109,6 +118,30 @@ public final class StopQueriesFirst {
                 before.forEach(Configurator::setLevel);
             }
         }
+        return TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - stopped);
+    }
+
+    /**
+     * Whether a job of `group` (a streaming query's run id) still runs or has a task that has
+     * not ended (a cancelled job ends at once; its killed tasks, each a "Lost task" line, later).
+     */
+    static boolean running(SparkStatusTracker tracker, String group) {
+        for (int id : tracker.getJobIdsForGroup(group)) {
+            Option<SparkJobInfo> job = tracker.getJobInfo(id);
+            if (job.isEmpty()) {
+                continue;
+            }
+            if (job.get().status() == JobExecutionStatus.RUNNING) {
+                return true;
+            }
+            for (int stage : job.get().stageIds()) {
+                Option<SparkStageInfo> info = tracker.getStageInfo(stage);
+                if (info.isDefined() && info.get().numActiveTasks() > 0) {
+                    return true;
+                }
+            }
+        }
+        return false;
     }
 
     public static int stopAll(SparkSession session) {
