@@ -80,6 +80,28 @@ def librdkafka_options(options: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def follower_config(bootstrap_servers: str, name: str, client_options: Mapping[str, str],
+                    **extra: Any) -> dict[str, Any]:
+    """librdkafka's properties for a consumer that follows partitions it is assigned as records
+    arrive (the bridge's store tail and filter pusher), `client.id` and `group.id` `name`,
+    `kafka.client_options` and `extra` (a logger, an error callback) included.
+
+    Partitions are assigned, never subscribed: the group joins nothing and commits nothing
+    (librdkafka asks for a group id all the same). A fetch is answered as soon as a record is
+    there, else after 5 s: idle, one fetch in 5 s (a 10 ms wait made 100 a second, 500 ms 2: the
+    broker's main idle work); under load each fetch takes what came meanwhile. librdkafka fetches
+    again only once the loop has taken what it holds (queued.min.messages 1, checked every ms)."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers, "client.id": name,
+        "group.id": name, "enable.auto.commit": False, "enable.auto.offset.store": False,
+        "fetch.min.bytes": 1, "fetch.wait.max.ms": 5000, "queued.min.messages": 1, "fetch.queue.backoff.ms": 1,
+        "max.partition.fetch.bytes": 4 * 1024 * 1024, "reconnect.backoff.max.ms": 1000,
+        **extra,
+    }
+    config.update(librdkafka_options(client_options))
+    return config
+
+
 def _leader(partition: Mapping[str, Any]) -> int:
     """The leader id in a describe_topics partition entry (key names differ across kafka-python)."""
     leader = partition.get("leader_id", partition.get("leader"))

@@ -46,7 +46,7 @@ from libp2p.stream_muxer.exceptions import MuxedStreamEOF
 from libp2p.utils import encode_delim
 
 from core.config import ConfigError
-from core.kafka import librdkafka_options
+from core.kafka import follower_config
 from ingest.host import write_in_one_frame
 from ingest.ratelimit import TokenBucket
 
@@ -109,23 +109,10 @@ class PushConsumer:
             self._consumer = None
 
     def consumer_config(self) -> dict[str, Any]:
-        """librdkafka's properties for the push topic's consumer (`kafka.client_options` included)."""
-        config: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap_servers, "client.id": "waku-bridge-pusher",
-            # Partitions are assigned, never subscribed: the group joins nothing and commits
-            # nothing (librdkafka asks for a group id all the same).
-            "group.id": "waku-bridge-pusher", "enable.auto.commit": False, "enable.auto.offset.store": False,
-            # A fetch is answered as soon as a record is there (no wait added to a push), else
-            # after 5 s: an idle topic costs a fetch in 5 s; under load each fetch takes what
-            # came meanwhile. librdkafka fetches again once the loop has taken what it holds
-            # (queued.min.messages 1, checked every ms).
-            "fetch.min.bytes": 1, "fetch.wait.max.ms": 5000, "queued.min.messages": 1, "fetch.queue.backoff.ms": 1,
-            "max.partition.fetch.bytes": 4 * 1024 * 1024, "reconnect.backoff.max.ms": 1000,
-            "logger": _LIBRDKAFKA_LOG,
-            "error_cb": self._kafka_error,
-        }
-        config.update(librdkafka_options(self.client_options))
-        return config
+        """librdkafka's properties for the push topic's consumer (`core.kafka.follower_config`:
+        a fetch answered as soon as a record is there, no wait added to a push)."""
+        return follower_config(self.bootstrap_servers, "waku-bridge-pusher", self.client_options,
+                               logger=_LIBRDKAFKA_LOG, error_cb=self._kafka_error)
 
     def _open(self) -> Consumer:
         from confluent_kafka import Consumer, KafkaException

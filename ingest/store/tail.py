@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from core.config import Config, ConfigError
-from core.kafka import librdkafka_options
+from core.kafka import follower_config
 from core.settings import ObjectStoreSettings, is_s3, local_path
 from core.store_page import StoredMessage, StoreQuery, in_window
 from core.validation import Limits, decode_ingest, rejection_reason
@@ -548,31 +548,16 @@ class TailFollower:
                 self._stop.wait(2.0)
 
     def consumer_config(self) -> dict[str, Any]:
-        """librdkafka's properties for the tail's consumer (`kafka.client_options` included)."""
+        """librdkafka's properties for the tail's consumer (`core.kafka.follower_config`). The
+        loop takes at most every TAKE_INTERVAL_S: under load ~200 batches a second, not many of a
+        few (the tail's cost per batch: the table check, the lock, the merges), at most ~5 ms more
+        on a message's way to the tail (measured: p50 8 ms at 1,000 and 10,000 msg/s, as with a
+        10 ms fetch wait; docs/decisions.md, issue 41)."""
         s = self.settings
-        config: dict[str, Any] = {
-            "bootstrap.servers": s.bootstrap_servers, "client.id": "waku-store-tail",
-            # Partitions are assigned, never subscribed: the group joins nothing and commits
-            # nothing (librdkafka asks for a group id all the same).
-            "group.id": "waku-store-tail", "enable.auto.commit": False, "enable.auto.offset.store": False,
-            # A fetch answers as soon as a record is there, else after 5 s: idle, one fetch in 5 s
-            # (a 10 ms wait made 100 a second, 500 ms 2: the broker's main idle work; nothing
-            # else of this consumer queues behind a held fetch once it follows). librdkafka fetches
-            # again only once the loop has taken what it holds (queued.min.messages 1, checked
-            # every ms), and the loop takes at most every TAKE_INTERVAL_S: under load ~200
-            # batches a second, not many of a few (the tail's cost per batch: the table check,
-            # the lock, the merges), at most ~5 ms more on a message's way to the tail
-            # (measured: p50 8 ms at 1,000 and 10,000 msg/s, as with the 10 ms wait; docs/decisions.md, issue 41).
-            "fetch.min.bytes": 1, "fetch.wait.max.ms": 5000, "queued.min.messages": 1, "fetch.queue.backoff.ms": 1,
-            "max.partition.fetch.bytes": 4 * 1024 * 1024, "reconnect.backoff.max.ms": 1000,
-            # Reaching a partition's end is reported (the tail is `ready` once every partition
-            # has been read up to where it ended at start).
-            "enable.partition.eof": True,
-            "logger": _LIBRDKAFKA_LOG,
-            "error_cb": self._kafka_error,
-        }
-        config.update(librdkafka_options(s.client_options))
-        return config
+        # Reaching a partition's end is reported (the tail is `ready` once every partition has
+        # been read up to where it ended at start).
+        return follower_config(s.bootstrap_servers, "waku-store-tail", s.client_options, **{
+            "enable.partition.eof": True, "logger": _LIBRDKAFKA_LOG, "error_cb": self._kafka_error})
 
     def _kafka_error(self, err: KafkaError) -> None:
         """Kafka's errors: librdkafka's client-wide ones (broker down, all brokers down,
