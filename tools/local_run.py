@@ -220,11 +220,14 @@ EXECUTOR_MEMORY = "512m"
 def cluster_job_args(job: str, master: str, config: Config) -> list[str]:
     """spark-submit options of a job on the standalone cluster: small executors, its share of
     the workers' cores, and no task before every executor asked for has registered (the filter
-    job checks its real-time task slots at its start)."""
+    job checks its real-time task slots at its start). Delta's snapshot state is rebuilt in as
+    many partitions as the job has cores (at least 2), not Delta's 50: on one core each of the
+    50 tasks generated its code again, minutes of a job's start on this machine."""
     cores = config["topics"]["messages_partitions"] if job == "filter" else 1
     return ["--master", master, "--executor-memory", EXECUTOR_MEMORY, "--total-executor-cores", str(cores),
             "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
-            "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=120s"]
+            "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=120s",
+            "--conf", f"spark.databricks.delta.snapshotPartitions={max(2, cores)}"]
 
 
 def run_cluster(args: argparse.Namespace) -> int:

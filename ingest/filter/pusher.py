@@ -35,23 +35,19 @@ from __future__ import annotations
 
 import collections
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 from libp2p.network.stream.exceptions import StreamEOF
 from libp2p.stream_muxer.exceptions import MuxedStreamEOF
 from libp2p.utils import encode_delim
 
-from core.config import ConfigError
 from core.kafka import follower_config
 from ingest.host import write_in_one_frame
+from ingest.kafka_follow import Follower
 from ingest.ratelimit import TokenBucket
-
-if TYPE_CHECKING:
-    from confluent_kafka import Consumer, KafkaError
 
 log = logging.getLogger("ingest.filter.pusher")
 
@@ -63,50 +59,26 @@ IDLE_POLL_S = 1.0
 _LIBRDKAFKA_LOG = logging.getLogger("kafka.librdkafka.pusher")
 
 
-class PushConsumer:
+class PushConsumer(Follower):
     """Thread consuming every partition of `topic` from its end with librdkafka (its fetches run
     on librdkafka's threads, without the GIL); `deliver(values)` runs on the trio thread for each
-    batch taken."""
+    batch taken. A failed loop starts again from the record after the last one handed over
+    (`ingest.kafka_follow.Follower`: a dead consumer would leave the bridge answering SUBSCRIBE
+    with 200 and pushing nothing)."""
 
     def __init__(self, bootstrap_servers: str, topic: str, client_options: Mapping[str, str],
                  deliver: Callable[[list[bytes]], None], token: trio.lowlevel.TrioToken) -> None:
+        super().__init__("pusher", "push-consumer", log)
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.client_options = client_options
         self.deliver = deliver
         self.token = token
-        self.ready = threading.Event()
-        self.failed: BaseException | None = None  # the last failure of the thread's loop
-        self.failures = 0  # how many times the loop failed and was started again
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="push-consumer", daemon=True)
         # Per partition, the offset after the last record handed over: a restarted loop goes on
         # from there (the first start begins at the end of the topic).
         self._next: dict[int, int] = {}
         self.consumed = 0
         self.cpu_s = 0.0  # this thread's CPU time taking records in (stage "consume")
-        self._last_error = ""
-
-    @property
-    def alive(self) -> bool:
-        """The thread runs (read by the bridge's health and `waku_bridge_thread_alive`)."""
-        return self._thread.is_alive()
-
-    def start(self) -> None:
-        """Start consuming; a Kafka client option librdkafka refuses raises ConfigError here."""
-        self._consumer = self._open()
-        self._thread.start()
-
-    _consumer: Consumer | None = None
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
-        if not self._thread.is_alive() and self._consumer is not None:  # stopped before the thread took it
-            self._consumer.close()
-            self._consumer = None
 
     def consumer_config(self) -> dict[str, Any]:
         """librdkafka's properties for the push topic's consumer (`core.kafka.follower_config`:
@@ -114,49 +86,10 @@ class PushConsumer:
         return follower_config(self.bootstrap_servers, "waku-bridge-pusher", self.client_options,
                                logger=_LIBRDKAFKA_LOG, error_cb=self._kafka_error)
 
-    def _open(self) -> Consumer:
-        from confluent_kafka import Consumer, KafkaException
-
-        try:
-            return Consumer(self.consumer_config())
-        except KafkaException as exc:  # a property librdkafka refuses: the settings are wrong
-            raise ConfigError(f"kafka.client_options: {exc.args[0].str()}") from None
-
-    def _kafka_error(self, err: KafkaError) -> None:
-        """Kafka's errors: librdkafka's client-wide ones (broker down, all brokers down), which it
-        retries by itself, and those that stop the loop, which starts again: one line each time
-        the error changes, no traceback."""
-        text = err.str()
-        if text != self._last_error:
-            self._last_error = text
-            log.warning("pusher: Kafka: %s (retried)", text)
-
-    def _run(self) -> None:
-        """The loop, started again 2 s after a failure (counted in `failures`; Kafka's answers
-        logged in one line, anything else with its traceback the first time, one line after): a
-        dead consumer would leave the bridge answering SUBSCRIBE with 200 and pushing nothing."""
-        from confluent_kafka import KafkaException
-
-        while not self._stop.is_set():
-            try:
-                self._loop()
-                return
-            except KafkaException as exc:  # Kafka's answer (a partition's leader moving): no traceback
-                self._kafka_error(exc.args[0])
-                self.failures += 1
-                self.failed = exc
-                self._stop.wait(2.0)
-            except BaseException as exc:  # counted, logged, started again (SystemExit too: never left dead)
-                self.failures += 1
-                self.failed = exc
-                log.error("push consumer failed (%d so far), restarting in 2 s: %s: %s", self.failures,
-                          type(exc).__name__, exc, exc_info=self.failures == 1)
-                self._stop.wait(2.0)
-
     def _loop(self) -> None:
         from confluent_kafka import KafkaException, TopicPartition
 
-        consumer, self._consumer = self._consumer or self._open(), None
+        consumer = self._take_consumer()
         try:
             parts = None
             while not parts:

@@ -46,9 +46,10 @@ from core.kafka import follower_config
 from core.settings import ObjectStoreSettings, is_s3, local_path
 from core.store_page import StoredMessage, StoreQuery, in_window
 from core.validation import Limits, decode_ingest, rejection_reason
+from ingest.kafka_follow import Follower
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer, KafkaError
+    from confluent_kafka import Consumer
 
 log = logging.getLogger("ingest.store.tail")
 # librdkafka's own log lines (named "kafka...": the bridge's Kafka log limit applies to them).
@@ -476,76 +477,31 @@ def _s3_committed_offsets(checkpoint: str, topic: str, store: ObjectStoreSetting
     return None
 
 
-class TailFollower:
+class TailFollower(Follower):
     """The consumer thread: waku.messages -> validated messages -> `tail`, unless the table has
-    them (`durable(hashes) -> set` of those already in Delta, from the reader's hash index).
+    them (`durable(hashes) -> set` of those already in Delta, from the reader's hash index). A
+    failed loop starts again from its start position (`ingest.kafka_follow.Follower`).
 
     `ready` is set once the records that were in the topic at start are in the tail."""
 
     def __init__(self, settings: TailSettings, tail: Tail,
                  durable: Callable[[list[bytes]], set[bytes]],
                  wait_for: threading.Event | None = None) -> None:
+        super().__init__("store tail", "store-tail", log)
         self.settings = settings
         self.tail = tail
         self.durable = durable
         self.wait_for = wait_for
-        self.ready = threading.Event()
-        self.failed: BaseException | None = None  # the last failure of the thread's loop
-        self.failures = 0  # how many times the loop failed and was started again
         self.consumed = 0
         self.refused: dict[str, int] = {}
         # Called after each batch taken in with its oldest record's age (now - Kafka append time):
         # how late the tail is (the bridge's waku_store_tail_lag_seconds).
         self.on_taken: Callable[[float], None] | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="store-tail", daemon=True)
-
-    @property
-    def alive(self) -> bool:
-        """The thread runs (read by the bridge's health and `waku_bridge_thread_alive`)."""
-        return self._thread.is_alive()
-
-    def start(self) -> None:
-        """Start following; a Kafka client option librdkafka refuses raises ConfigError here."""
-        self._consumer = self._open()
-        self._thread.start()
-
-    _consumer: Consumer | None = None
-
-    def _open(self) -> Consumer:
-        from confluent_kafka import Consumer, KafkaException
-
-        try:
-            return Consumer(self.consumer_config())
-        except KafkaException as exc:  # a property librdkafka refuses: the settings are wrong
-            raise ConfigError(f"kafka.client_options: {exc.args[0].str()}") from None
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        if self._consumer is not None:  # stopped before the thread took it
-            self._consumer.close()
-            self._consumer = None
-
-    def _run(self) -> None:
-        from confluent_kafka import KafkaException
-
-        while not self._stop.is_set():
-            try:
-                self._loop()
-                return
-            except KafkaException as exc:  # Kafka's answer (a partition's leader moving): no traceback
-                self._kafka_error(exc.args[0])
-                self.failed = exc
-                self.failures += 1
-                self._stop.wait(2.0)
-            except BaseException as exc:  # logged, then started again from its start position (SystemExit too)
-                self.failures += 1
-                log.error("store tail consumer failed (%d so far), restarting in 2 s: %s: %s", self.failures,
-                          type(exc).__name__, exc, exc_info=self.failures == 1)
-                self.failed = exc
-                self._stop.wait(2.0)
+        """Stop the loop and wait up to `timeout` for it."""
+        super().stop()
+        self.join(timeout)
 
     def consumer_config(self) -> dict[str, Any]:
         """librdkafka's properties for the tail's consumer (`core.kafka.follower_config`). The
@@ -559,17 +515,6 @@ class TailFollower:
         return follower_config(s.bootstrap_servers, "waku-store-tail", s.client_options, **{
             "enable.partition.eof": True, "logger": _LIBRDKAFKA_LOG, "error_cb": self._kafka_error})
 
-    def _kafka_error(self, err: KafkaError) -> None:
-        """Kafka's errors: librdkafka's client-wide ones (broker down, all brokers down,
-        authentication), which it retries by itself, and those that stop the tail's loop, which
-        starts again: one line each time the error changes, no traceback."""
-        text = err.str()
-        if text != self._last_error:
-            self._last_error = text
-            log.warning("store tail: Kafka: %s (retried)", text)
-
-    _last_error = ""
-
     def _loop(self) -> None:
         from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -578,7 +523,7 @@ class TailFollower:
                 if self._stop.is_set():
                     return
         s = self.settings
-        consumer, self._consumer = self._consumer or self._open(), None
+        consumer = self._take_consumer()
         try:
             parts = None
             while not parts:

@@ -80,6 +80,13 @@ SPARK_WORKERS = 2
 # (2 here), so either worker alone can take every executor when the other dies.
 SPARK_WORKER_CORES = 4
 PUBSUB = "/waku/2/default-waku/proto"
+# --quick (CI's run): the jobs' JVMs (drivers and executors) compile with C1 only. In a run of
+# minutes on two cores C2's compiling was start-up CPU that never paid back (cluster: ~190
+# CPU-s in the executors' compiler threads, a quarter of their CPU). The full run keeps the
+# shipped JVM options. The code cache as large as with C2 (C1 alone defaults to 48 MB).
+C1_ONLY = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+QUICK_SPARK_OPTIONS = (f"spark.executor.extraJavaOptions={C1_ONLY},"
+                       f"spark.driver.extraJavaOptions=-Dlog4j2.level=WARN -Xss4m {C1_ONLY}")
 ROLES = ("relay", "lightpush", "subscribers", "walker")
 
 
@@ -502,7 +509,11 @@ class Run:
             # the real-time warm-up only shortens the first epoch boundary's stall (latency, not
             # what this run checks); it would add ~11 s to each filter job start
             "filter.realtime_warm_up_epochs=0",
-        ]
+            # likewise the subscriptions job's warm-up (a throw-away MERGE: minutes of the
+            # cluster's start on two cores), and its batches wait at most 15 s for 1,000 events
+            # (not 120: the end of the run waits for the last events to be applied)
+            "filter.subscriptions_warm_up=false", "filter.subscriptions_max_trigger_delay_s=15",
+        ] + ([f"spark.options={QUICK_SPARK_OPTIONS}"] if self.quick else [])
 
     def bridge_overrides(self, name: str, port: int) -> list[str]:
         common = self.overrides() + [

@@ -30,3 +30,5 @@ def test_cluster_jobs_get_their_task_slots():
     store_args = cluster_job_args("store", "spark://h:7077", config)
     assert store_args[store_args.index("--total-executor-cores") + 1] == "1"
     assert "spark.scheduler.minRegisteredResourcesRatio=1.0" in store_args
+    assert "spark.databricks.delta.snapshotPartitions=2" in store_args  # not Delta's 50 on one core
+    assert "spark.databricks.delta.snapshotPartitions=6" in filter_args

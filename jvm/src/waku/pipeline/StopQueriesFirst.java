@@ -90,10 +90,9 @@ public final class StopQueriesFirst {
      * Stops `query` (a running batch or real-time epoch cancelled) with the lines about what the
      * stop cancels kept quiet, as at shutdown, until none of the query's own Spark jobs runs and
      * their tasks have ended (its job group is its run id; up to 10 s: the cancelled tasks end
-     * after stop() returns), then
-     * gives the loggers their levels back: for a program that stops a query of its own while the
-     * JVM and its other queries go on (the filter job's warm-up). Returns the milliseconds the
-     * wait for the query's jobs took.
+     * after stop() returns), then gives the loggers their levels back: for a program that stops
+     * a query of its own while the JVM and its other queries go on (the filter job's warm-up).
+     * Returns the milliseconds the wait for the query's jobs took.
      */
     public static long stopQuietly(StreamingQuery query) throws java.util.concurrent.TimeoutException {
         Map<String, Level> before;
