@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 SEED = 20261126
 
 
-# ~14 min alone on the 2-core machine (start-up ~7 min); the timeout leaves room for a busy one.
+# ~7 min alone on the 2-core machine (start-up ~3 min); the timeout leaves room for a busy one.
 @pytest.mark.timeout(2700)
 def test_kill_minus_nine_each_piece_of_the_cluster_topology_loses_nothing(tmp_path):
     if not WEED.exists():

@@ -30,6 +30,10 @@ def test_cluster_masters_get_the_jars_and_the_zip():
     assert cmd[-1].endswith("jobs/store.py")
     local = submit.command("store", ["--master", "local[2]"])
     assert "--py-files" not in local
+    # On a few local cores: Delta's snapshot state in 2 tasks (not 50), VACUUM's listing in 4 (not 10,000).
+    assert "spark.databricks.delta.snapshotPartitions=2" in local
+    assert "spark.sql.sources.parallelPartitionDiscovery.parallelism=4" in local
+    assert "spark.sql.sources.parallelPartitionDiscovery.parallelism=4" not in cmd
 
 
 def test_a_driver_importing_from_the_zip_finds_the_checkout(tmp_path):
