@@ -64,7 +64,7 @@ def master_defaults(master: str) -> dict[str, str]:
     runs on a few cores: its default of 50 partitions makes every commit several times slower.
     VACUUM lists a table's files in `spark.sql.sources.parallelPartitionDiscovery.parallelism`
     tasks, 10,000 by default: ~35 s of task overhead a table on two cores for a table of a few
-    files (the maintain job vacuums four)."""
+    files (the maintain job vacuums up to five)."""
     if master.startswith("local"):
         return {"spark.databricks.delta.snapshotPartitions": "2",
                 "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4"}

@@ -81,12 +81,18 @@ SPARK_WORKERS = 2
 SPARK_WORKER_CORES = 4
 PUBSUB = "/waku/2/default-waku/proto"
 # --quick (CI's run): the jobs' JVMs (drivers and executors) compile with C1 only. In a run of
-# minutes on two cores C2's compiling was start-up CPU that never paid back (cluster: ~190
-# CPU-s in the executors' compiler threads, a quarter of their CPU). The full run keeps the
-# shipped JVM options. The code cache as large as with C2 (C1 alone defaults to 48 MB).
+# minutes on two cores C2's compiling was start-up CPU that never paid back (cluster: ~190 of
+# the executors' ~440 CPU-s in their compiler threads). The full run keeps the shipped JVM
+# options. The code cache as large as with C2 (C1 alone defaults to 48 MB). The drivers' options
+# add to conf/spark-defaults.conf's, as `tools.submit.driver_java_options` does.
 C1_ONLY = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
-QUICK_SPARK_OPTIONS = (f"spark.executor.extraJavaOptions={C1_ONLY},"
-                       f"spark.driver.extraJavaOptions=-Dlog4j2.level=WARN -Xss4m {C1_ONLY}")
+
+
+def quick_spark_options() -> str:
+    from core.spark_conf import spark_defaults
+
+    driver = f"{spark_defaults().get('spark.driver.extraJavaOptions', '')} {C1_ONLY}".strip()
+    return f"spark.executor.extraJavaOptions={C1_ONLY},spark.driver.extraJavaOptions={driver}"
 ROLES = ("relay", "lightpush", "subscribers", "walker")
 
 
@@ -513,7 +519,7 @@ class Run:
             # cluster's start on two cores), and its batches wait at most 15 s for 1,000 events
             # (not 120: the end of the run waits for the last events to be applied)
             "filter.subscriptions_warm_up=false", "filter.subscriptions_max_trigger_delay_s=15",
-        ] + ([f"spark.options={QUICK_SPARK_OPTIONS}"] if self.quick else [])
+        ] + ([f"spark.options={quick_spark_options()}"] if self.quick else [])
 
     def bridge_overrides(self, name: str, port: int) -> list[str]:
         common = self.overrides() + [
