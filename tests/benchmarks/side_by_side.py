@@ -29,7 +29,8 @@ reported apart):
    publisher (`relay-publish --rotate-content-topics`) sends message i on topic i mod clients, so
    each client gets rate/clients pushes/s (kept <= 15: go-waku's light client accepts 15 pushes/s
    per peer). Push latency = client receipt - message timestamp (both wall clock, one machine),
-   over every message published in the measured window (after `--warm` s), missing as +inf.
+   over every message published in the measured window (after `--warm` s), missing as +inf;
+   also per 10 s of the window by publish time (`push_p99_ms_by_slice`: where the tail sits).
 4. **queryable**: a relay publisher paced at `--paced-rate` msg/s and `wakuinterop store-probe`
    asking for the newest page every 20 ms (its own load is part of the run); queryable latency =
    first returned by a store query - message timestamp, over every message of the window (after
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import queue
 import re
@@ -437,6 +439,24 @@ def timed_window(pub: GoClient, warm: float, window: float, side: Side) -> tuple
     return ws, we, c0, c1
 
 
+SLICE_S = 10.0
+
+
+def slice_p99(offered: list[tuple[str, int]], recv: dict, ws: float, we: float) -> list[float | None]:
+    """The push p99 (ms) of each SLICE_S of the window by publish time, a missing push as +inf
+    (None where one decides): where in the window the tail sits (a rate step's warm-up, an
+    epoch boundary, a store batch) rather than one figure for the whole window."""
+    n = max(1, math.ceil((we - ws) / SLICE_S - 1e-9))
+    by: list[list[float]] = [[] for _ in range(n)]
+    counts = [0] * n
+    for h, ts in offered:
+        i = min(n - 1, int((ts / 1e9 - ws) // SLICE_S))
+        counts[i] += 1
+        if h in recv:
+            by[i].append((recv[h][1] - ts) / 1e6)
+    return [latency_summary(v, c, digits=1).p99 for v, c in zip(by, counts, strict=True)]
+
+
 def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window: float) -> dict:
     topics = [f"/sbs/1/f{j}/proto" for j in range(clients)]
     cts = [a for t in topics for a in ("--content-topic", t)]
@@ -468,6 +488,7 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
     wlat = [(recv[h][1] - ts) / 1e6 for h, ts in warmup if h in recv]
     s = latency_summary(lat, len(offered), digits=2)
     w = latency_summary(wlat, len(warmup), digits=1)
+    slices = slice_p99(offered, recv, ws, we)
     stages: dict = {}
     st = stage_times_of(side, stages)
     if st:  # ours: where the time of each delivered push of the window went (ms)
@@ -499,7 +520,7 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
         "delivered": s.delivered, "missing": s.missing, "duplicates": fsum.get("duplicates"),
         "push_p50_ms": s.p50, "push_p90_ms": s.p90, "push_p99_ms": s.p99, "push_max_ms": s.max,
         "warmup_offered": len(warmup), "warmup_missing": w.missing, "warmup_push_p50_ms": w.p50,
-        "warmup_push_p99_ms": w.p99,
+        "warmup_push_p99_ms": w.p99, "push_p99_ms_by_slice": slices,
         "cpu_s": round(cpu_s, 2), "cpu_by_process_s": cpu,
         "cpu_ms_per_push": round(cpu_s * 1000 / s.delivered, 2) if s.delivered else None,
         "cores": round(cpu_s / (we - ws), 3),
@@ -666,7 +687,7 @@ def run_side(name: str, args: argparse.Namespace, tmp: Path) -> dict:
             say(f"{name}: filter at {r:g} msg/s, {args.clients} clients")
             out[f"filter_{int(r)}"] = f = phase_filter(side, r, args.clients, args.warm, args.window)
             say(f"{name}: filter {r:g}: p50 {f['push_p50_ms']} p99 {f['push_p99_ms']} ms, missing {f['missing']}, "
-                f"{f['cpu_ms_per_push']} CPU ms/push")
+                f"{f['cpu_ms_per_push']} CPU ms/push; p99 per {SLICE_S:g} s of the window {f['push_p99_ms_by_slice']}")
             loads.append(load1())
         if args.paced_rate > 0:
             say(f"{name}: queryable at {args.paced_rate:g} msg/s")
