@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import queue
 import re
@@ -81,7 +80,7 @@ from tests.benchmarks.relay_flat_out import (  # noqa: E402
     start_local_run,
     total,
 )
-from tests.benchmarks.stats import latency_summary, rate  # noqa: E402
+from tests.benchmarks.stats import latency_summary, p99_by_slice, rate  # noqa: E402
 from tools.processes import free_port, group_cpu_by_pid, proc_cpu_s, stop_process  # noqa: E402
 
 NODE_BIN = REPO_ROOT / ".cache" / "interop" / "gowaku-node"
@@ -439,22 +438,7 @@ def timed_window(pub: GoClient, warm: float, window: float, side: Side) -> tuple
     return ws, we, c0, c1
 
 
-SLICE_S = 10.0
-
-
-def slice_p99(offered: list[tuple[str, int]], recv: dict, ws: float, we: float) -> list[float | None]:
-    """The push p99 (ms) of each SLICE_S of the window by publish time, a missing push as +inf
-    (None where one decides): where in the window the tail sits (a rate step's warm-up, an
-    epoch boundary, a store batch) rather than one figure for the whole window."""
-    n = max(1, math.ceil((we - ws) / SLICE_S - 1e-9))
-    by: list[list[float]] = [[] for _ in range(n)]
-    counts = [0] * n
-    for h, ts in offered:
-        i = min(n - 1, int((ts / 1e9 - ws) // SLICE_S))
-        counts[i] += 1
-        if h in recv:
-            by[i].append((recv[h][1] - ts) / 1e6)
-    return [latency_summary(v, c, digits=1).p99 for v, c in zip(by, counts, strict=True)]
+SLICE_S = 10.0  # the filter runs' p99 per this much of the window
 
 
 def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window: float) -> dict:
@@ -488,7 +472,8 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
     wlat = [(recv[h][1] - ts) / 1e6 for h, ts in warmup if h in recv]
     s = latency_summary(lat, len(offered), digits=2)
     w = latency_summary(wlat, len(warmup), digits=1)
-    slices = slice_p99(offered, recv, ws, we)
+    slices = p99_by_slice([(ts / 1e9, (recv[h][1] - ts) / 1e6 if h in recv else None) for h, ts in offered],
+                          ws, we, SLICE_S)
     stages: dict = {}
     st = stage_times_of(side, stages)
     if st:  # ours: where the time of each delivered push of the window went (ms)

@@ -8,7 +8,8 @@ two), so it also works when some values are +inf.
 Latency over everything offered: a message (push, page, ...) that was offered but never
 delivered counts as `missing` and as +inf in the percentiles; a percentile that falls on a
 missing one is reported as None (JSON null): "more than 1 % never arrived" instead of a p99
-taken over the lucky ones only.
+taken over the lucky ones only. `p99_by_slice` gives that p99 per slice of a window (by each
+message's time), to show where the tail sits.
 
 Rate: what was actually processed (delivered, matched, written), divided by the measured window
 in which it was processed; what was offered is reported as a figure of its own, never added in.
@@ -88,6 +89,23 @@ def latency_summary(latencies_of_delivered: Sequence[float], offered_count: int,
 
     return LatencySummary(offered=offered_count, delivered=delivered, missing=missing,
                           p50=at(50), p90=at(90), p99=at(99), max=at(100))
+
+
+def p99_by_slice(samples: Iterable[tuple[float, float | None]], start: float, end: float, slice_s: float,
+                 *, digits: int | None = 1) -> list[float | None]:
+    """The p99 (`latency_summary`'s) of each `slice_s` of [start, end), by each sample's time:
+    samples are (time, latency), latency None for one never delivered (+inf); None where the
+    p99 falls on one, or for a slice without samples; the last slice takes what a partial one
+    would hold. Where in a window its tail sits."""
+    n = max(1, math.ceil((end - start) / slice_s - 1e-9))
+    delivered: list[list[float]] = [[] for _ in range(n)]
+    offered = [0] * n
+    for t, latency in samples:
+        i = min(n - 1, max(0, int((t - start) // slice_s)))
+        offered[i] += 1
+        if latency is not None:
+            delivered[i].append(latency)
+    return [latency_summary(d, o, digits=digits).p99 for d, o in zip(delivered, offered, strict=True)]
 
 
 def rate(processed: int | float, seconds: float, digits: int | None = 1) -> float | None:

@@ -1,6 +1,6 @@
 """tests/benchmarks/stats.py: the one percentile definition every benchmark uses (nearest rank),
-latency over everything offered (missing as +inf, null where a percentile falls on one), the
-rate over a measured window, and the same rule over a Prometheus histogram."""
+latency over everything offered (missing as +inf, null where a percentile falls on one), also per
+slice of a window, the rate over a measured window, and the same rule over a Prometheus histogram."""
 from __future__ import annotations
 
 import math
@@ -13,6 +13,7 @@ from tests.benchmarks.stats import (
     finite,
     histogram_percentile,
     latency_summary,
+    p99_by_slice,
     percentile,
     rank_index,
     rate,
@@ -119,3 +120,19 @@ def test_histogram_percentile_is_nearest_rank_over_bucket_bounds():
 def test_rank_is_not_moved_by_floating_point():
     assert rank_index(10, (0.1 + 0.2) * 100) == 2  # 30.000000000000004 % of 10: rank 3
     assert percentile([float(x) for x in range(1, 11)], (0.1 + 0.2) * 100) == 3.0
+
+
+def test_p99_by_slice_counts_each_sample_in_its_slice_and_missing_as_inf():
+    rng = random.Random(SEED)
+    print("seed", SEED)
+    samples = [(100.0 + rng.random() * 30, rng.random() * 10) for _ in range(300)]
+    got = p99_by_slice(samples, 100.0, 130.0, 10.0)
+    for i, p99 in enumerate(got):  # each slice is latency_summary over its own samples
+        own = [lat for t, lat in samples if 100 + 10 * i <= t < 110 + 10 * i]
+        assert p99 == latency_summary(own, len(own), digits=1).p99
+    # one never delivered among a slice's two: its p99 falls on +inf (None); the other slices keep theirs
+    assert p99_by_slice([(100.5, 200.0), (105.0, 200.0), (115.0, None), (129.99, 10.0)], 100.0, 130.0, 10.0) == [
+        200.0, None, 10.0]
+    # a window not a whole number of slices: the last slice takes the rest; one slice at least
+    assert len(p99_by_slice([(104.9, 1.0)], 100.0, 105.0, 10.0)) == 1
+    assert p99_by_slice([(112.0, 5.0)], 100.0, 112.5, 10.0) == [None, 5.0]
