@@ -4,9 +4,12 @@ and the filter pusher (`ingest.filter.pusher`) share.
 `Follower` owns the consumer and the thread. Its consumer is opened in `start()`, so a client
 option librdkafka refuses is a `ConfigError` there, not a dead thread. Its loop (`_loop`, the
 subclass's) is started again 2 s after a failure: Kafka's answers (`KafkaException`) are logged
-in one line, anything else with its traceback the first time. `_kafka_error` logs an error in
-one line each time it changes, never a traceback; librdkafka calls it for its client-wide errors
-(broker down, all brokers down, authentication), which it retries by itself."""
+in one line, anything else with its traceback the first time. A transient answer (a partition's
+leader moving or not elected yet, a timeout, a broker out of reach: `transient`) is retried the
+same way but is not a failure of the thread: the bridge's health does not turn NOT_READY for a
+minute because a topic it just created had no leader yet. `_kafka_error` logs an error in one line
+each time it changes, never a traceback; librdkafka calls it for its client-wide errors (broker
+down, all brokers down, authentication), which it retries by itself."""
 from __future__ import annotations
 
 import logging
@@ -19,6 +22,16 @@ if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError
 
 RESTART_AFTER_S = 2.0
+
+
+def transient(err: KafkaError) -> bool:
+    """A Kafka answer that goes away by itself: retriable by librdkafka's account, or a leader
+    moving or not elected yet, a request timed out, a broker out of reach."""
+    from confluent_kafka import KafkaError
+
+    return err.retriable() or err.code() in (
+        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
 
 
 class Follower:
@@ -91,10 +104,12 @@ class Follower:
             try:
                 self._loop()
                 return
-            except KafkaException as exc:  # Kafka's answer (a partition's leader moving): no traceback
-                self._kafka_error(exc.args[0])
-                self.failures += 1
-                self.failed = exc
+            except KafkaException as exc:  # Kafka's answer: one line, no traceback
+                err = exc.args[0]
+                self._kafka_error(err)
+                if not transient(err):
+                    self.failures += 1
+                    self.failed = exc
                 self._stop.wait(RESTART_AFTER_S)
             except BaseException as exc:  # counted, logged, started again (SystemExit too: never left dead)
                 self.failures += 1
