@@ -374,7 +374,8 @@ def test_a_commits_release_lets_the_lock_go_between_chunks_and_each_message_show
 def test_a_kafka_error_that_stops_the_tails_loop_is_logged_once_without_a_traceback(caplog):
     """Kafka's answers (here: a partition's leader moving while the tail reads where the
     partitions end, as right after the topic was created) are expected network errors: one
-    line however often it repeats, no traceback, and the tail starts again."""
+    line however often it repeats, no traceback, and the tail starts again; transient, so not a
+    failure of the thread (the bridge's health stays READY)."""
     from confluent_kafka import KafkaError, KafkaException
 
     from ingest.store.tail import TailFollower, TailSettings
@@ -395,7 +396,7 @@ def test_a_kafka_error_that_stops_the_tails_loop_is_logged_once_without_a_traceb
     records = [r for r in caplog.records if r.name == "ingest.store.tail"]
     assert len(records) == 1 and records[0].levelname == "WARNING" and records[0].exc_info is None
     assert "Failed to get watermark offsets" in records[0].getMessage()
-    assert isinstance(follower.failed, KafkaException)
+    assert (follower.failures, follower.failed) == (0, None)
 
 
 def test_kafka_seconds_matches_the_jobs_reading_of_kafka_timestamps():
