@@ -468,12 +468,13 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
     log.with_suffix(".json").write_text(json.dumps({"window": [ws, we], "published": pub.publishes, "clients": fsum}))
     offered = [(h, ts) for h, ts in pub.publishes if ws <= ts / 1e9 < we]
     warmup = [(h, ts) for h, ts in pub.publishes if ts / 1e9 < ws]
-    lat = [(recv[h][1] - ts) / 1e6 for h, ts in offered if h in recv]
+    # (publish time s, latency ms or None: never delivered) of each push offered in the window
+    pushes = [(ts / 1e9, (recv[h][1] - ts) / 1e6 if h in recv else None) for h, ts in offered]
+    lat = [x for _, x in pushes if x is not None]
     wlat = [(recv[h][1] - ts) / 1e6 for h, ts in warmup if h in recv]
     s = latency_summary(lat, len(offered), digits=2)
     w = latency_summary(wlat, len(warmup), digits=1)
-    slices = p99_by_slice([(ts / 1e9, (recv[h][1] - ts) / 1e6 if h in recv else None) for h, ts in offered],
-                          ws, we, SLICE_S)
+    slices = p99_by_slice(pushes, ws, we, SLICE_S)
     stages: dict = {}
     st = stage_times_of(side, stages)
     if st:  # ours: where the time of each delivered push of the window went (ms)

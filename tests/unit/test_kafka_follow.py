@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -46,9 +45,6 @@ def run(raises: list[BaseException], monkeypatch: pytest.MonkeyPatch) -> Scripte
     finally:
         f.stop()
         f.join(10.0)
-    deadline = time.monotonic() + 10.0
-    while f.alive and time.monotonic() < deadline:
-        time.sleep(0.01)
     return f
 
 
