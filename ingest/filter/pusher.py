@@ -42,10 +42,11 @@ from typing import Any
 import trio
 from libp2p.network.stream.exceptions import StreamEOF
 from libp2p.stream_muxer.exceptions import MuxedStreamEOF
+from libp2p.stream_muxer.yamux.yamux import YamuxStream
 from libp2p.utils import encode_delim
 
 from core.kafka import follower_config
-from ingest.host import write_in_one_frame
+from ingest.host import take_now_or_wait, write_in_one_frame, yamux_until_end
 from ingest.kafka_follow import Follower
 from ingest.ratelimit import TokenBucket
 
@@ -308,7 +309,7 @@ class PeerPusher:
             if k is None:
                 # The probe: opened here, in line (one round trip), and kept open.
                 await self.bucket.take()
-                await self.slots.acquire()
+                await take_now_or_wait(self.slots)
                 await self._push_new(item, keep=True)
                 return
             if k.alive:
@@ -317,7 +318,7 @@ class PeerPusher:
                 await self._write_kept(k, item)  # not paced: the peer reads as fast as we write
                 return
         await self.bucket.take()
-        await self.slots.acquire()
+        await take_now_or_wait(self.slots)
         assert self._nursery is not None
         self._nursery.start_soon(self._push_new, item, False)
 
@@ -480,6 +481,8 @@ async def _until_end(stream: Any) -> str:
     """Until the peer ends the stream: "eof" (it closed) or "reset" (reset, error). Yamux: by
     reading (a client sends nothing on a push stream). Mplex: by waiting for the stream's close
     or reset events, since a pending mplex read holds the stream's lock against writes."""
+    if isinstance(stream, YamuxStream):  # a one-frame push (`write_in_one_frame`)
+        return await yamux_until_end(stream)
     muxed = getattr(stream, "muxed_stream", stream)  # a NetStream's, or a bare muxed stream
     remote_closed = getattr(muxed, "event_remote_closed", None)
     reset = getattr(muxed, "event_reset", None)

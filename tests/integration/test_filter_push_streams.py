@@ -5,6 +5,9 @@ reused stream; clients that read one push per stream and close (go-waku), that c
 push, exactly once."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import multiaddr
 import pytest
 import trio
@@ -66,9 +69,11 @@ def item(i: int) -> PushItem:
 
 
 async def run_pusher(client: Client, settings: FilterSettings, pushes: int, spacing_s: float,
-                     expect: int | None = None, timeout: float = 40.0) -> PushStats:
+                     expect: int | None = None, timeout: float = 40.0,
+                     at_end: Callable[[Any, Any], None] | None = None) -> PushStats:
     """A bridge host and `client` connected (the client dials, as light clients do); `pushes`
-    pushes offered `spacing_s` apart to one PeerPusher; returns once the client has them all."""
+    pushes offered `spacing_s` apart to one PeerPusher; returns once the client has them all.
+    `at_end(bridge host, client's peer id)` runs then, before the pusher ends."""
     bridge_addrs = listen_addrs("127.0.0.1", 0, -1)
     bridge = build_host(create_new_key_pair(), bridge_addrs, ("yamux", "mplex"))
     stats = PushStats()
@@ -89,6 +94,8 @@ async def run_pusher(client: Client, settings: FilterSettings, pushes: int, spac
             while len(client.received) < (expect or pushes):
                 await trio.sleep(0.05)
         await trio.sleep(0.5)  # nothing more (no duplicates) arrives
+        if at_end is not None:
+            at_end(bridge, peer_id)
         send.close()
         nursery.cancel_scope.cancel()
     assert reports == [], f"pushes failed: {stats.outcomes}"

@@ -5,21 +5,37 @@ mplex connections take the usual open / write / close. go-waku's own light clien
 test of tests/interop/test_go_waku.py and tests/benchmarks/side_by_side.py."""
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import trio
 
+from ingest.host import _yamux_conn
 from tests.integration.test_filter_push_streams import Client, N, run_pusher, settings
 
 pytestmark = pytest.mark.integration
 
 
+def _streams_left(left: list[int]):
+    """`at_end` of run_pusher: how many streams the bridge's yamux session still keeps."""
+    def at_end(bridge, peer_id) -> None:
+        muxed = _yamux_conn(bridge, peer_id)
+        assert muxed is not None
+        left.append(len(muxed.streams) + len(muxed.stream_buffers) + len(muxed.stream_events))
+    return at_end
+
+
 def test_one_push_a_stream_goes_as_one_frame_and_arrives_once():
     client = Client("one")
-    stats = trio.run(run_pusher, client, settings(), N, 0.02)
+    left: list[int] = []
+    stats = trio.run(partial(run_pusher, at_end=_streams_left(left)), client, settings(), N, 0.02)
     assert sorted(client.received) == sorted(f"m{i}" for i in range(N))  # each once
     # the probe (kept open) and any stream opened before its close arrived take the usual way
     assert 0 < stats.outcomes["one_frame"] <= stats.outcomes["streams"] - 1
     assert client.streams == stats.outcomes["streams"]
+    # every stream the client closed is forgotten (its answer dropped, nothing left for the
+    # session's 60 s sweeper), the probe's too
+    assert left == [0]
 
 
 def test_a_one_frame_stream_reset_unread_is_pushed_again():

@@ -1,6 +1,7 @@
 """The bridge's read path I/O (issue 41, relay read rate): TCP reads through a buffer (one
 syscall for many noise frames) and yamux WINDOW_UPDATEs at half the window (go-yamux's rule),
-both replacing py-libp2p 0.8.1 methods whose source is pinned here."""
+both replacing py-libp2p 0.8.1 methods whose source is pinned here; and `QuickLock` in place of
+the locks the constructors of yamux sessions, yamux streams and TCP streams make (pinned too)."""
 from __future__ import annotations
 
 import hashlib
@@ -18,11 +19,16 @@ FINGERPRINTS = {
     "TrioTCPStream.read": "c606ac89ec9d0eae",
     "YamuxStream._auto_tune_and_send_window_update": "6ebcbd822fe7f996",
     "Yamux._read_data_body": "54cc06c91ba6ee15",
+    # wrapped: their locks replaced
+    "Yamux.__init__": "3b11a2a71ca444ca",
+    "YamuxStream.__init__": "ab24c0709285d573",
+    "TrioTCPStream.__init__": "4222fa993846189e",
 }
 
 
 def test_replaced_libp2p_io_code_is_unchanged():
-    for fn in (host._PLAIN_TCP_READ, host._PLAIN_WINDOW_UPDATE, host._PLAIN_READ_DATA_BODY):
+    for fn in (host._PLAIN_TCP_READ, host._PLAIN_WINDOW_UPDATE, host._PLAIN_READ_DATA_BODY,
+               host._PLAIN_YAMUX_INIT, host._PLAIN_YAMUX_STREAM_INIT, host._PLAIN_TCP_INIT):
         digest = hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
         assert digest == FINGERPRINTS[fn.__qualname__], f"libp2p changed {fn.__qualname__}: review ingest/host.py"
 
@@ -155,3 +161,66 @@ def test_frame_body_in_the_noise_buffer_is_taken_without_reading():
         return [header, first, second]
 
     assert trio.run(main) == [b"H" * 12, b"body", b"more"]
+
+
+def test_quick_locks_replace_the_per_frame_locks():
+    host.fewer_io_calls()
+    tcp = TrioTCPStream(_Socket([]))  # type: ignore[arg-type]
+    assert isinstance(tcp.read_lock, host.QuickLock) and isinstance(tcp.write_lock, host.QuickLock)
+
+
+def test_a_free_quick_lock_is_taken_without_yielding_and_a_held_one_is_waited_for():
+    order: list[str] = []
+
+    async def main() -> None:
+        lock = host.QuickLock()
+
+        async def other() -> None:
+            order.append("other ran")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)  # runs at main's next pass through the scheduler
+            host._quick_takes = 1  # the next take is not a yielding one
+            async with lock:
+                order.append("took")
+        async with trio.open_nursery() as nursery:
+            await lock.acquire()
+
+            async def waiter() -> None:
+                async with lock:
+                    order.append("waiter took")
+
+            nursery.start_soon(waiter)
+            await trio.sleep(0.01)
+            order.append("releasing")
+            lock.release()
+
+    trio.run(main)
+    assert order == ["took", "other ran", "releasing", "waiter took"]
+
+
+def test_every_sixteenth_free_take_yields():
+    ran = 0
+
+    async def main() -> None:
+        nonlocal ran
+
+        async def other() -> None:
+            nonlocal ran
+            while True:
+                ran += 1
+                await trio.lowlevel.checkpoint()
+
+        lock = host.QuickLock()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            host._quick_takes = 0
+            for _ in range(host.QUICK_YIELD_EVERY * 4):
+                await lock.acquire()
+                lock.release()
+            seen = ran
+            nursery.cancel_scope.cancel()
+        ran = seen
+
+    trio.run(main)
+    assert 2 <= ran <= 6, ran  # a pass through the scheduler every 16th take, not at each of the 64
