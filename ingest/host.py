@@ -470,8 +470,10 @@ class QuickLock(_LockImpl):
     thread's ~1,300 loop turns a second. Every QUICK_YIELD_EVERY-th free take still yields, so
     a task that takes locks in a loop over buffered input (the session's reader) lets the others
     run. Cancellation is checked as in trio's (`checkpoint_if_cancelled`); fairness is trio's:
-    a lock with waiters is handed to the first of them."""
+    a lock with waiters is handed to the first of them. Protected from KeyboardInterrupt as
+    trio's is (a lock is never left taken half-way)."""
 
+    @trio.lowlevel.enable_ki_protection
     async def acquire(self) -> None:
         global _quick_takes
         await trio.lowlevel.checkpoint_if_cancelled()
