@@ -534,22 +534,14 @@ def _yamux_conn(host: IHost, peer_id: ID) -> Yamux | None:
     return None
 
 
-async def take_now_or_wait(sync: trio.Lock | trio.Semaphore) -> None:
-    """Take a trio lock or semaphore at once when it is free, else wait for it: `acquire()`
-    passes through the scheduler even when nothing holds it (a loop turn of the trio thread)."""
+async def take_now_or_wait(sem: trio.Semaphore) -> None:
+    """Take a trio semaphore at once when it is free, else wait for it: `acquire()` passes
+    through the scheduler even when a unit is there (a loop turn of the trio thread). Locks need
+    no such call: `fewer_io_calls` makes the sessions' locks `QuickLock`s."""
     try:
-        sync.acquire_nowait()
+        sem.acquire_nowait()
     except trio.WouldBlock:
-        await sync.acquire()
-
-
-async def _finalize(muxed: Yamux, stream: YamuxStream, fully_closed: bool) -> None:
-    """`Yamux._finalize_stream`, without its pass through the scheduler when `streams_lock` is
-    free (nothing else can take it meanwhile: trio runs one task at a time)."""
-    if muxed.streams_lock.locked():
-        await muxed._finalize_stream(stream, fully_closed=fully_closed)
-    else:
-        muxed._finalize_stream_locked(stream, fully_closed=fully_closed)
+        await sem.acquire()
 
 
 async def write_in_one_frame(host: IHost, peer_id: ID, data: bytes) -> YamuxStream | None:
@@ -560,16 +552,15 @@ async def write_in_one_frame(host: IHost, peer_id: ID, data: bytes) -> YamuxStre
     written on its own, behind the swarm's and the resource manager's bookkeeping: for a push to
     a client that reads one message a stream (go-waku's filter light client) that was most of its
     cost. The stream is registered with the session as `Yamux.open_stream` does, so the peer's
-    answer, close or reset reaches it (`yamux_until_end`). The session's semaphore and locks are
-    taken at once when free: the only pass through the scheduler is the socket write's.
+    answer, close or reset reaches it (`yamux_until_end`). The session's semaphore and locks
+    (`QuickLock`s) are taken at once when free: the socket write is the pass through the scheduler.
     None when the peer has no yamux connection or `data` exceeds the initial window: the caller
     takes the usual way."""
     muxed = _yamux_conn(host, peer_id)
     if muxed is None or len(data) > DEFAULT_WINDOW_SIZE:
         return None
     await take_now_or_wait(muxed.stream_backlog_semaphore)
-    await take_now_or_wait(muxed.streams_lock)
-    try:
+    async with muxed.streams_lock:
         if muxed.event_shutting_down.is_set():
             muxed.stream_backlog_semaphore.release()
             return None
@@ -581,23 +572,18 @@ async def write_in_one_frame(host: IHost, peer_id: ID, data: bytes) -> YamuxStre
         muxed.streams[stream_id] = stream
         muxed.stream_buffers[stream_id] = bytearray()
         muxed.stream_events[stream_id] = trio.Event()
-    finally:
-        muxed.streams_lock.release()
     frames = (struct.pack(YAMUX_HEADER_FORMAT, 0, TYPE_DATA, FLAG_SYN, stream_id, len(data)) + data
               + struct.pack(YAMUX_HEADER_FORMAT, 0, TYPE_WINDOW_UPDATE, FLAG_FIN, stream_id, 0))
     try:
-        await take_now_or_wait(muxed._write_lock)  # Yamux._write_frame's, without its logging and extra checkpoint
-        try:
+        async with muxed._write_lock:  # Yamux._write_frame's, without its logging and extra checkpoint
             await muxed.secured_conn.write(frames)
-        finally:
-            muxed._write_lock.release()
     except BaseException:
         stream.closed = stream.send_closed = stream.recv_closed = True
         with trio.CancelScope(shield=True):
             await muxed._finalize_stream(stream, fully_closed=True)
         raise
     stream.send_closed = True
-    await _finalize(muxed, stream, stream.recv_closed)
+    await muxed._finalize_stream(stream, fully_closed=stream.recv_closed)
     return stream
 
 
@@ -609,21 +595,18 @@ async def yamux_until_end(stream: YamuxStream) -> str:
     stream. A session that ends, or forgets the stream, ends the wait ("eof" unless a reset
     came). The stream's bookkeeping is freed once it is closed both ways."""
     muxed, sid = stream.conn, stream.stream_id
-    while not (stream.recv_closed or stream.reset_received or muxed.event_shutting_down.is_set()):
+    while True:
+        buffer = muxed.stream_buffers.get(sid)
+        if buffer:
+            del buffer[:]
         event = muxed.stream_events.get(sid)
-        if event is None:
+        if stream.recv_closed or stream.reset_received or muxed.event_shutting_down.is_set() or event is None:
             break
         await event.wait()
         if muxed.stream_events.get(sid) is event:
             muxed.stream_events[sid] = trio.Event()
-        buffer = muxed.stream_buffers.get(sid)
-        if buffer:
-            del buffer[:]
-    buffer = muxed.stream_buffers.get(sid)
-    if buffer:
-        del buffer[:]
     if stream.closed and sid in muxed.streams:
-        await _finalize(muxed, stream, True)
+        await muxed._finalize_stream(stream, fully_closed=True)
     return "reset" if stream.reset_received else "eof"
 
 
