@@ -749,8 +749,11 @@ class StoreReader:
             fresh = self.tail.nearest_locked(query, n)
         finally:
             self.tail.lock.release()
-        page = Page(forward=query.forward) if snap is None else self._walk(snap, query, cached_only)
-        return _merge(page, fresh, query, n, self.settings.limits)
+        if snap is None:
+            return finish_page(fresh, query, self.settings.limits)
+        # The walk starts from the tail's nearest: a page the tail fills (the newest page of a
+        # busy topic) reads no Delta unit that lies beyond its n-th message.
+        return self._walk(snap, query, cached_only, fresh)
 
     def _row_groups(self, f: _File, cached_only: bool = False) -> list[tuple[int, _Stats]]:
         if f.row_groups is None:
@@ -834,7 +837,10 @@ class StoreReader:
         rows.sort(key=key_of, reverse=not query.forward)
         return rows[:n]
 
-    def _walk(self, snap: Snapshot, query: StoreQuery, cached_only: bool = False) -> Page:
+    def _walk(self, snap: Snapshot, query: StoreQuery, cached_only: bool = False,
+              seed: Sequence[StoredMessage] = ()) -> Page:
+        """The page of `query` from the snapshot's units and `seed`, matching messages from
+        elsewhere (the tail's nearest: never in the snapshot), as one page in store order."""
         n = page_size_of(query.page_size, self.settings.limits)
         fwd = query.forward
         heap: list[tuple[float, int, _File, int, _Stats]] = []
@@ -848,7 +854,7 @@ class StoreReader:
 
         for f in snap.files:
             push(f, -1, f.stats)
-        found: list[StoredMessage] = []
+        found = sorted(seed, key=key_of, reverse=not fwd)[:n]
         scanned = 0
         partial = False
         frontier: float | None = None
@@ -892,20 +898,6 @@ class StoreReader:
             page.cursor, page.partial = cursor, True
         log.info("store query hit the scan budget (%d rows): partial page of %d", scanned, len(page.messages))
         return page
-
-
-def _merge(page: Page, fresh: list[StoredMessage], query: StoreQuery, n: int, limits: StoreLimits) -> Page:
-    """A Delta page and the tail's nearest matches as one page in store order. A partial Delta
-    page is certain only up to its frontier: tail messages beyond it wait for the next page."""
-    if not fresh:
-        return page
-    if page.partial and page.cursor is not None:
-        f = page.cursor.bound(query.forward)
-        fresh = [m for m in fresh if (key_of(m) <= f if query.forward else key_of(m) >= f)]
-    merged = finish_page(page.messages + fresh, query, limits, page.rows_scanned)
-    if page.partial and len(merged.messages) < n:
-        merged.cursor, merged.partial = page.cursor, True
-    return merged
 
 
 _ARROW_TYPES = {"double": pa.float64(), "binary": pa.binary(), "string": pa.string(), "long": pa.int64(),

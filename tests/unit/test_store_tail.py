@@ -95,6 +95,23 @@ def test_pages_over_delta_and_tail_match_the_oracle(tmp_path, budget):
                 check_paging(reader.query, rows, pubsub, contents, forward, size, cursor)
 
 
+def test_a_page_the_tail_fills_reads_no_delta_data(tmp_path):
+    """The newest page of a topic whose n newest messages are all in the tail (the usual
+    "what's new" query while the store job has not committed them) reads no row group: the
+    walk starts from the tail's nearest, and every Delta unit lies beyond its n-th. The same
+    query over the older half needs Delta and reads it."""
+    seed, rnd = seeded()
+    rows = sorted(random_rows(rnd, 200), key=lambda r: (r["received_time"], r["digest"]))
+    path, _, _, reader, fresh = table_and_tail(tmp_path, rnd, rows, in_table=100)
+    want = sorted(rows, key=lambda r: (r["received_time"], r["digest"]))
+    page = reader.query(StoreQuery("", (), None, False, 20))
+    assert [m.message_hash for m in page.messages] == [r["message_hash"] for r in want[-20:]], f"seed {seed}"
+    assert reader.row_groups_read == 0, f"seed {seed}"
+    page = reader.query(StoreQuery("", (), None, True, 20))
+    assert [m.message_hash for m in page.messages] == [r["message_hash"] for r in want[:20]], f"seed {seed}"
+    assert reader.row_groups_read > 0
+
+
 def test_walk_across_commits_is_exact(tmp_path):
     """Pages keep coming while batches of tail messages are committed to Delta (the tail drops
     them as the new snapshot is swapped in): no message twice, none missing, in order."""
