@@ -19,15 +19,18 @@ from typing import Any, cast
 import multiaddr
 import trio
 from libp2p import new_host
-from libp2p.abc import IHost, IMuxedConn, INetStream
+from libp2p.abc import IHost, IMuxedConn, INetStream, INetwork, INotifee
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
 from libp2p.custom_types import StreamHandlerFn, TProtocol
+from libp2p.host.basic_host import _IdentifyNotifee
 from libp2p.io.exceptions import IOException
 from libp2p.io.trio import TrioTCPStream
 from libp2p.network.swarm import Swarm
+from libp2p.network.tag_store import TagStoreNotifee
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
+from libp2p.pubsub.pubsub_notifee import PubsubNotifee
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.security.secure_session import SecureSession
@@ -46,6 +49,7 @@ from libp2p.stream_muxer.yamux.yamux import (
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.transport.websocket.multiaddr_utils import parse_websocket_multiaddr
 from libp2p.transport.websocket.transport import WebsocketTransport
+from multiaddr import Multiaddr
 from trio._sync import _LockImpl
 
 
@@ -511,10 +515,44 @@ def _tcp_init(self: TrioTCPStream, *args: Any, **kwargs: Any) -> None:
     self.write_lock = QuickLock()  # type: ignore[assignment]
 
 
+class ConnectionNotifee(INotifee):
+    """A swarm notifee of connections only: its stream and listen callbacks do nothing, so the
+    swarm (with `fewer_io_calls`) skips the fan-out of stream events for it."""
+
+    async def opened_stream(self, network: INetwork, stream: INetStream) -> None: ...
+    async def closed_stream(self, network: INetwork, stream: INetStream) -> None: ...
+    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None: ...
+    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None: ...
+
+
+# Stream callbacks that do nothing: py-libp2p 0.8.1's own notifees' (source pinned in
+# tests/unit/test_relay_read_io.py; PubsubNotifee's is a bare checkpoint) and ours.
+_QUIET_STREAM_CALLBACKS = frozenset({
+    PubsubNotifee.opened_stream, PubsubNotifee.closed_stream,
+    TagStoreNotifee.opened_stream, TagStoreNotifee.closed_stream,
+    _IdentifyNotifee.opened_stream, _IdentifyNotifee.closed_stream,
+    ConnectionNotifee.opened_stream, ConnectionNotifee.closed_stream,
+})
+_PLAIN_SWARM_NOTIFY = Swarm._notify  # py-libp2p 0.8.1's
+
+
+async def _notify_who_listens(self: Swarm, method: str, *args: Any) -> None:
+    """`Swarm._notify`, except that a stream's open or close notifies nobody when no notifee
+    acts on it. The swarm awaits the fan-out (a nursery, a task per notifee) before a new
+    stream's handler runs, and again at its close: two passes through the scheduler each, on
+    every stream (a store query's, a push's), for callbacks that all do nothing."""
+    if method in ("opened_stream", "closed_stream") and all(
+            getattr(type(n), method, None) in _QUIET_STREAM_CALLBACKS for n in self.notifees):
+        return
+    await _PLAIN_SWARM_NOTIFY(self, method, *args)
+
+
 def fewer_io_calls() -> None:
     """Buffered TCP reads, half-window yamux updates, yamux frame bodies taken straight from
-    the noise buffer, and `QuickLock` for the locks of yamux sessions, yamux streams and TCP
-    streams, for every connection of this process (idempotent)."""
+    the noise buffer, `QuickLock` for the locks of yamux sessions, yamux streams and TCP
+    streams, and no notifee fan-out for stream events nobody acts on, for every connection of
+    this process (idempotent)."""
+    Swarm._notify = _notify_who_listens  # type: ignore[method-assign]
     TrioTCPStream._waku_rbuf = b""  # type: ignore[attr-defined]  # per instance once read
     TrioTCPStream._waku_rpos = 0  # type: ignore[attr-defined]
     TrioTCPStream.read = _buffered_tcp_read  # type: ignore[method-assign]

@@ -9,13 +9,13 @@ from typing import Any
 
 import trio
 from google.protobuf.message import DecodeError
-from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
+from libp2p.abc import IHost, INetConn, INetStream, INetwork
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
-from multiaddr import Multiaddr
 from prometheus_client import CollectorRegistry, Counter
 
 from ingest.framing import FrameReader, close_quietly, frame, peer_of
+from ingest.host import ConnectionNotifee
 from ingest.metadata.codec import MAX_METADATA_BYTES, METADATA_CODEC, decode, request, response
 from ingest.metadata.protocol import NodeShards, keep_peer
 from schemas import metadata_pb2 as pb
@@ -35,7 +35,7 @@ class MetadataMetrics:
                                     registry=r)
 
 
-class _Connected(INotifee):
+class _Connected(ConnectionNotifee):
     """Hands each new connection's peer to the service (py-libp2p awaits notifees inline)."""
 
     def __init__(self, send: trio.MemorySendChannel) -> None:
@@ -47,11 +47,7 @@ class _Connected(INotifee):
         except (trio.WouldBlock, trio.ClosedResourceError):
             pass
 
-    async def opened_stream(self, network: INetwork, stream: INetStream) -> None: ...
-    async def closed_stream(self, network: INetwork, stream: INetStream) -> None: ...
     async def disconnected(self, network: INetwork, conn: INetConn) -> None: ...
-    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None: ...
-    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None: ...
 
 
 class MetadataService:

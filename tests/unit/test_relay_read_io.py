@@ -7,8 +7,11 @@ from __future__ import annotations
 import hashlib
 import inspect
 
+import multiaddr
 import trio
+import trio.testing
 from libp2p.io.trio import TrioTCPStream
+from libp2p.network.swarm import Swarm
 from libp2p.security.secure_session import SecureSession
 from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, Yamux, YamuxStream
 
@@ -23,12 +26,23 @@ FINGERPRINTS = {
     "Yamux.__init__": "3b11a2a71ca444ca",
     "YamuxStream.__init__": "ab24c0709285d573",
     "TrioTCPStream.__init__": "4222fa993846189e",
+    # wrapped: skipped for stream events when every notifee's callback is one of these no-ops
+    "Swarm._notify": "36afe611751a4cb8",
+    "PubsubNotifee.opened_stream": "b0e08b02576cb4d4",
+    "PubsubNotifee.closed_stream": "21a58180cbef9594",
+    "TagStoreNotifee.opened_stream": "a2478e3d7b583991",
+    "TagStoreNotifee.closed_stream": "8645d788a5abcd8b",
+    "_IdentifyNotifee.opened_stream": "7202a6f0b3faf393",
+    "_IdentifyNotifee.closed_stream": "2ca1ed587438b50a",
 }
 
 
 def test_replaced_libp2p_io_code_is_unchanged():
+    quiet = [fn for fn in host._QUIET_STREAM_CALLBACKS if fn.__qualname__.split(".")[0] != "ConnectionNotifee"]
+    assert len(quiet) == 6
     for fn in (host._PLAIN_TCP_READ, host._PLAIN_WINDOW_UPDATE, host._PLAIN_READ_DATA_BODY,
-               host._PLAIN_YAMUX_INIT, host._PLAIN_YAMUX_STREAM_INIT, host._PLAIN_TCP_INIT):
+               host._PLAIN_YAMUX_INIT, host._PLAIN_YAMUX_STREAM_INIT, host._PLAIN_TCP_INIT,
+               host._PLAIN_SWARM_NOTIFY, *quiet):
         digest = hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
         assert digest == FINGERPRINTS[fn.__qualname__], f"libp2p changed {fn.__qualname__}: review ingest/host.py"
 
@@ -38,6 +52,78 @@ def test_fewer_io_calls_installs_both():
     assert TrioTCPStream.read is host._buffered_tcp_read
     assert YamuxStream._auto_tune_and_send_window_update is host._window_update_at_half
     assert Yamux._read_data_body is host._data_body_from_noise_buffer
+    assert Swarm._notify is host._notify_who_listens
+
+
+class _Loud(host.ConnectionNotifee):
+    """Acts on connections, and on stream opens."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    async def connected(self, network, conn) -> None:
+        self.events.append("connected")
+
+    async def disconnected(self, network, conn) -> None: ...
+
+    async def opened_stream(self, network, stream) -> None:
+        self.events.append("opened_stream")
+
+
+class _Quiet(host.ConnectionNotifee):
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    async def connected(self, network, conn) -> None:
+        self.events.append("connected")
+
+    async def disconnected(self, network, conn) -> None: ...
+
+
+class _Swarm:
+    def __init__(self, *notifees) -> None:
+        self.notifees = list(notifees)
+
+
+def test_stream_events_reach_only_a_swarm_with_a_notifee_that_acts_on_them():
+    """Stream opens and closes are not fanned out (no task, no pass through the scheduler)
+    when every notifee's callback is a known no-op; connection events always are; one notifee
+    that acts on stream events gets them (py-libp2p's own fan-out)."""
+    async def main() -> None:
+        quiet, loud = _Quiet(), _Loud()
+        only_quiet = _Swarm(quiet)
+        before = trio.lowlevel.current_statistics().tasks_living
+        with trio.testing.assert_no_checkpoints():
+            await host._notify_who_listens(only_quiet, "opened_stream", None)
+            await host._notify_who_listens(only_quiet, "closed_stream", None)
+        assert trio.lowlevel.current_statistics().tasks_living == before
+        await host._notify_who_listens(only_quiet, "connected", None)
+        assert quiet.events == ["connected"]
+        both = _Swarm(quiet, loud)
+        await host._notify_who_listens(both, "opened_stream", None)
+        await host._notify_who_listens(both, "closed_stream", None)
+        assert loud.events == ["opened_stream"]
+
+    trio.run(main)
+
+
+def test_the_bridges_own_host_has_only_quiet_stream_callbacks():
+    """The notifees a bridge's host registers (py-libp2p's identify, tag store and pubsub; the
+    metadata service's) all do nothing on stream events: every stream skips the fan-out."""
+    from libp2p.crypto.secp256k1 import create_new_key_pair
+
+    from ingest.metadata.service import _Connected
+    from ingest.relay.gossipsub import new_relay
+
+    h = host.build_host(create_new_key_pair(), [multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")])
+    new_relay(h)
+    network = h.get_network()
+    network.register_notifee(_Connected(trio.open_memory_channel(1)[0]))
+    kinds = {type(n).__name__ for n in network.notifees}
+    assert {"PubsubNotifee", "TagStoreNotifee", "_IdentifyNotifee", "_Connected"} <= kinds
+    for n in network.notifees:
+        for method in ("opened_stream", "closed_stream"):
+            assert getattr(type(n), method) in host._QUIET_STREAM_CALLBACKS, (type(n).__name__, method)
 
 
 class _Socket:
