@@ -26,7 +26,6 @@ from libp2p.custom_types import StreamHandlerFn, TProtocol
 from libp2p.host.basic_host import _IdentifyNotifee
 from libp2p.io.exceptions import IOException
 from libp2p.io.trio import TrioTCPStream
-from libp2p.network.stream.net_stream import NetStream
 from libp2p.network.swarm import Swarm
 from libp2p.network.tag_store import TagStoreNotifee
 from libp2p.peer.id import ID
@@ -497,7 +496,6 @@ _quick_takes = 0
 _PLAIN_YAMUX_INIT = Yamux.__init__
 _PLAIN_YAMUX_STREAM_INIT = YamuxStream.__init__
 _PLAIN_TCP_INIT = TrioTCPStream.__init__
-_PLAIN_NET_STREAM_INIT = NetStream.__init__
 
 
 def _yamux_init(self: Yamux, *args: Any, **kwargs: Any) -> None:
@@ -509,11 +507,6 @@ def _yamux_init(self: Yamux, *args: Any, **kwargs: Any) -> None:
 def _yamux_stream_init(self: YamuxStream, *args: Any, **kwargs: Any) -> None:
     _PLAIN_YAMUX_STREAM_INIT(self, *args, **kwargs)
     self.window_lock = QuickLock()  # type: ignore[assignment]
-
-
-def _net_stream_init(self: NetStream, *args: Any, **kwargs: Any) -> None:
-    _PLAIN_NET_STREAM_INIT(self, *args, **kwargs)
-    self._state_lock = QuickLock()  # type: ignore[assignment]  # taken by every read and write
 
 
 def _tcp_init(self: TrioTCPStream, *args: Any, **kwargs: Any) -> None:
@@ -556,8 +549,8 @@ async def _notify_who_listens(self: Swarm, method: str, *args: Any) -> None:
 
 def fewer_io_calls() -> None:
     """Buffered TCP reads, half-window yamux updates, yamux frame bodies taken straight from
-    the noise buffer, `QuickLock` for the locks of yamux sessions, yamux streams, TCP streams
-    and the swarm's streams, and no notifee fan-out for stream events nobody acts on, for every connection of
+    the noise buffer, `QuickLock` for the locks of yamux sessions, yamux streams and TCP
+    streams, and no notifee fan-out for stream events nobody acts on, for every connection of
     this process (idempotent)."""
     Swarm._notify = _notify_who_listens  # type: ignore[method-assign]
     TrioTCPStream._waku_rbuf = b""  # type: ignore[attr-defined]  # per instance once read
@@ -568,7 +561,6 @@ def fewer_io_calls() -> None:
     Yamux.__init__ = _yamux_init  # type: ignore[method-assign]
     YamuxStream.__init__ = _yamux_stream_init  # type: ignore[method-assign]
     TrioTCPStream.__init__ = _tcp_init  # type: ignore[method-assign]
-    NetStream.__init__ = _net_stream_init  # type: ignore[method-assign]
 
 
 def _yamux_conn(host: IHost, peer_id: ID) -> Yamux | None:

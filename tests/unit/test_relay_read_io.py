@@ -1,7 +1,7 @@
 """The bridge's read path I/O (issue 41, relay read rate): TCP reads through a buffer (one
 syscall for many noise frames) and yamux WINDOW_UPDATEs at half the window (go-yamux's rule),
 both replacing py-libp2p 0.8.1 methods whose source is pinned here; `QuickLock` in place of the
-locks the constructors of yamux sessions, yamux streams, TCP streams and swarm streams make
+locks the constructors of yamux sessions, yamux streams and TCP streams make
 (pinned too); and no notifee fan-out for stream events when every notifee's callback is a
 pinned no-op."""
 from __future__ import annotations
@@ -13,7 +13,6 @@ import multiaddr
 import trio
 import trio.testing
 from libp2p.io.trio import TrioTCPStream
-from libp2p.network.stream.net_stream import NetStream
 from libp2p.network.swarm import Swarm
 from libp2p.security.secure_session import SecureSession
 from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, Yamux, YamuxStream
@@ -29,7 +28,6 @@ FINGERPRINTS = {
     "Yamux.__init__": "3b11a2a71ca444ca",
     "YamuxStream.__init__": "ab24c0709285d573",
     "TrioTCPStream.__init__": "4222fa993846189e",
-    "NetStream.__init__": "c1bafd9d5782acb4",
     # wrapped: skipped for stream events when every notifee's callback is one of these no-ops
     "Swarm._notify": "36afe611751a4cb8",
     "PubsubNotifee.opened_stream": "b0e08b02576cb4d4",
@@ -46,7 +44,6 @@ def test_replaced_libp2p_io_code_is_unchanged():
     assert len(quiet) == 6
     for fn in (host._PLAIN_TCP_READ, host._PLAIN_WINDOW_UPDATE, host._PLAIN_READ_DATA_BODY,
                host._PLAIN_YAMUX_INIT, host._PLAIN_YAMUX_STREAM_INIT, host._PLAIN_TCP_INIT,
-               host._PLAIN_NET_STREAM_INIT,
                host._PLAIN_SWARM_NOTIFY, *quiet):
         digest = hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
         assert digest == FINGERPRINTS[fn.__qualname__], f"libp2p changed {fn.__qualname__}: review ingest/host.py"
@@ -258,8 +255,6 @@ def test_quick_locks_replace_the_per_frame_locks():
     host.fewer_io_calls()
     tcp = TrioTCPStream(_Socket([]))  # type: ignore[arg-type]
     assert isinstance(tcp.read_lock, host.QuickLock) and isinstance(tcp.write_lock, host.QuickLock)
-    muxed = type("Muxed", (), {"muxed_conn": None})()
-    assert isinstance(NetStream(muxed, None, None)._state_lock, host.QuickLock)  # type: ignore[arg-type]
 
 
 def test_a_free_quick_lock_is_taken_without_yielding_and_a_held_one_is_waited_for():
