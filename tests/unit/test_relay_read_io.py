@@ -57,8 +57,8 @@ def test_fewer_io_calls_installs_both():
     assert Swarm._notify is host._notify_who_listens
 
 
-class _Loud(host.ConnectionNotifee):
-    """Acts on connections, and on stream opens."""
+class _Quiet(host.ConnectionNotifee):
+    """Acts on connections only."""
 
     def __init__(self) -> None:
         self.events: list[str] = []
@@ -67,19 +67,13 @@ class _Loud(host.ConnectionNotifee):
         self.events.append("connected")
 
     async def disconnected(self, network, conn) -> None: ...
+
+
+class _Loud(_Quiet):
+    """Acts on connections, and on stream opens."""
 
     async def opened_stream(self, network, stream) -> None:
         self.events.append("opened_stream")
-
-
-class _Quiet(host.ConnectionNotifee):
-    def __init__(self) -> None:
-        self.events: list[str] = []
-
-    async def connected(self, network, conn) -> None:
-        self.events.append("connected")
-
-    async def disconnected(self, network, conn) -> None: ...
 
 
 class _Swarm:
