@@ -8,6 +8,7 @@ stays far below what 13 pushes/s would give (200 messages at 50 msg/s: the last 
 The helpers are shared with tests/benchmarks/js_push_latency.py."""
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import signal
@@ -18,6 +19,7 @@ import pytest
 import trio
 
 from core.message import hash_of
+from ingest.filter.settings import FilterSettings
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
 from tests.benchmarks.stats import INF, latency_summary
@@ -114,6 +116,10 @@ def push_latencies(client: ClientRun, sent: list[tuple[bytes, int]], timeout: fl
     summary = latency_summary(delivered, len(sent))
     first_ts, last_ts = sent[0][1] / 1e9, sent[-1][1] / 1e9
     times = arrived.values()
+    ordered = sorted(times)
+    # the most arrivals within any 1 s: a token bucket of rate r and burst b lets through at most
+    # b + r in any second, whatever the machine
+    peak = max((bisect.bisect_right(ordered, t + 1000) - i for i, t in enumerate(ordered)), default=0)
     bridge: dict = {}
     if env is not None:
         peer = next(e for e in client.events if e.get("event") == "connected")["local_peer_id"]
@@ -135,6 +141,7 @@ def push_latencies(client: ClientRun, sent: list[tuple[bytes, int]], timeout: fl
         # first to last publish, and first to last arrival at js-waku
         "publish_span_s": round(last_ts - first_ts, 3),
         "arrival_span_s": round((max(times) - min(times)) / 1e3, 3) if times else None,
+        "peak_arrivals_1s": peak,
         "duplicates": duplicates,
         **bridge,
     }
@@ -148,6 +155,8 @@ def stop(client: ClientRun) -> dict:
 
 def test_js_filter_keeps_up_with_50_and_100_msgs_per_s(interop: Interop):
     ct = topic(f"pushrate-js-{uuid.uuid4().hex[:6]}")
+    # the bridge's pacing of pushes on streams of their own (as the interop bridge is configured)
+    pacing = FilterSettings.from_config(interop.cfg)
     client = subscribe_js(interop, ct)
     try:
         # Warm-up: the bridge writes a peer's pushes on one kept stream only once the peer has
@@ -161,17 +170,21 @@ def test_js_filter_keeps_up_with_50_and_100_msgs_per_s(interop: Interop):
                   f"p99 {got['p99_s']} s, max {got['max_s']} s (the bridge's part, push record to arrival: "
                   f"p50 {got['pusher_p50_s']} s, p99 {got['pusher_p99_s']} s), last arrival "
                   f"{got['last_arrival_after_last_publish_s']} s after the last publish; published over "
-                  f"{got['publish_span_s']} s, arrived over {got['arrival_span_s']} s; load {os.getloadavg()}")
+                  f"{got['publish_span_s']} s, arrived over {got['arrival_span_s']} s, at most "
+                  f"{got['peak_arrivals_1s']} within 1 s; load {os.getloadavg()}")
             assert got["duplicates"] == 0, got
-            # Paced at 13/s (burst 15), 200 pushes take >= 14.2 s whatever the machine: they
-            # arrive over >= 14.2 s although published over 4 s (50/s) or 2 s (100/s), the last
-            # ~11 s / ~13 s after the last publish, and the bridge's part of the p99 is as large.
-            # Unpaced, pushes follow the publications, each a write after the filter job's
-            # micro-batch (0.2 s trigger): well under a second end to end on a quiet machine. On
-            # a busy one the Spark batches alone take seconds, so the end-to-end latency is only
-            # printed; the bounds are on what pacing would stretch, with room for a busy machine.
-            assert got["arrival_span_s"] < got["publish_span_s"] + 4.0, got
-            assert got["pusher_p99_s"] < 2.0, got
+            # Paced at 13/s (burst 15), the bridge would send 200 pushes over >= (200 - 15) / 13 =
+            # 14.2 s whatever the machine, never more than 15 + 13 = 28 within a second. Unpaced,
+            # pushes follow the publications (published over 4 s at 50/s, 2 s at 100/s), each a
+            # write after the filter job's micro-batch (0.2 s trigger): the bridge's part is
+            # milliseconds on a quiet machine (p99 19-63 ms, 2026-11-29), and js-waku takes 50 or
+            # 100 within a second. Both checks hold on a busy machine too: one that stalls for
+            # seconds (a CI run at load 2.1 saw the bridge's part at p50 2.9 s, p99 4.9 s, with 200
+            # pushes over 5.3 s) delays the pushes but then delivers them in a burst, not paced.
+            # So the latency is printed, and the bounds are on what pacing would do.
+            paced_span = (n - pacing.push_burst_per_peer) / pacing.push_rate_per_peer
+            assert got["arrival_span_s"] < paced_span, got
+            assert got["peak_arrivals_1s"] > pacing.push_burst_per_peer + pacing.push_rate_per_peer, got
     finally:
         summary = stop(client)
     assert summary["ok"], summary
