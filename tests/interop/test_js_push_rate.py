@@ -176,15 +176,16 @@ def test_js_filter_keeps_up_with_50_and_100_msgs_per_s(interop: Interop):
             # Paced at 13/s (burst 15), the bridge would send 200 pushes over >= (200 - 15) / 13 =
             # 14.2 s whatever the machine, never more than 15 + 13 = 28 within a second. Unpaced,
             # pushes follow the publications (published over 4 s at 50/s, 2 s at 100/s), each a
-            # write after the filter job's micro-batch (0.2 s trigger): the bridge's part is
-            # milliseconds on a quiet machine (p99 19-63 ms, 2026-11-29), and js-waku takes 50 or
-            # 100 within a second. Both checks hold on a busy machine too: one that stalls for
-            # seconds (a CI run at load 2.1 saw the bridge's part at p50 2.9 s, p99 4.9 s, with 200
-            # pushes over 5.3 s) delays the pushes but then delivers them in a burst, not paced.
-            # So the latency is printed, and the bounds are on what pacing would do.
+            # write after the filter job's micro-batch (0.2 s trigger), and js-waku takes 50 or 100
+            # within a second. End to end the latency is only printed (on a busy machine the Spark
+            # batches alone take seconds); the bridge's part, push record to arrival, is
+            # milliseconds (p99 17-63 ms, 2026-11-29) and is bounded with room for a busy machine:
+            # it caught the pusher's Kafka consumer waiting out a 5 s fetch of its idle partition
+            # (p99 4.9 s in a CI run; tests/integration/test_kafka_follow_latency.py).
             paced_span = (n - pacing.push_burst_per_peer) / pacing.push_rate_per_peer
             assert got["arrival_span_s"] < paced_span, got
             assert got["peak_arrivals_1s"] > pacing.push_burst_per_peer + pacing.push_rate_per_peer, got
+            assert got["pusher_p99_s"] < 2.0, got
     finally:
         summary = stop(client)
     assert summary["ok"], summary
