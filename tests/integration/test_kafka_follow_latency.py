@@ -4,7 +4,9 @@ idle. librdkafka decides per partition whether a fetch names it, against the con
 queue; with a low queue threshold (queued.min.messages 1) a partition left out while the loop
 held records waited for the fetch in flight, which the broker holds up to fetch.wait.max.ms (5 s)
 when the partitions it names are idle: pushes to a js-waku client came 3-5 s late in a CI run.
-Real broker; a second Python thread competes for the GIL as the bridge's trio thread does."""
+Real broker; a second Python thread competes for the GIL as the bridge's trio thread does. The
+race is timing: with queued.min.messages 1 two runs of three stalled at this rate (max 5.4 s),
+with librdkafka's thresholds none of five (max 0.2-1.3 s; docs/decisions.md)."""
 from __future__ import annotations
 
 import threading
@@ -17,7 +19,7 @@ from core.kafka import follower_config
 
 pytestmark = pytest.mark.integration
 
-RATE = 50.0     # records a second, all to partition 0 (one peer's pushes share a partition)
+RATE = 250.0    # records a second, all to partition 0 (one peer's pushes share a partition)
 SECONDS = 20.0
 
 
@@ -73,11 +75,12 @@ def test_a_record_of_a_busy_partition_is_not_held_by_a_fetch_of_the_idle_ones(ka
             t.join(5)
         consumer.close()
     latencies.sort()
-    late = [x for x in latencies if x > wait_ms / 2000]
+    late = [x for x in latencies if x > 0.8 * wait_ms / 1000]
     print(f"{sent} records at {RATE}/s to one of two partitions: p50 {latencies[len(latencies) // 2] * 1e3:.1f} ms, "
           f"p99 {latencies[int(len(latencies) * 0.99)] * 1e3:.1f} ms, max {latencies[-1] * 1e3:.1f} ms, "
-          f"{len(late)} later than half the fetch wait ({wait_ms} ms)")
+          f"{len(late)} later than 80 % of the fetch wait ({wait_ms} ms)")
     assert len(latencies) == sent
-    # A record held by a fetch of the idle partition waits up to the whole fetch wait (5 s); no
-    # machine's scheduling makes a local round trip take half of it.
+    # A fetch that names only the idle partition is held the whole fetch wait (5 s): the records
+    # produced just after it went out wait all of it. A busy machine's scheduling adds hundreds of
+    # milliseconds to a local round trip (p99 ~0.5 s here with the GIL contended), not seconds.
     assert not late, late[-5:]
