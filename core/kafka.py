@@ -95,7 +95,9 @@ def follower_config(bootstrap_servers: str, name: str, client_options: Mapping[s
     which the broker holds for the whole 5 s when the partitions it names are idle (one peer's
     pushes share a partition: a push came up to 5 s late). So librdkafka's own thresholds stand
     (100,000 records, 64 MiB: reached only when the loop is that far behind), not 1
-    (tests/integration/test_kafka_follow_latency.py; docs/decisions.md)."""
+    (tests/integration/test_kafka_follow_latency.py; docs/decisions.md). A partition backed off
+    after a fetch error (a fresh topic, a leader move) still waits for the fetch in flight: up to
+    5 s, once per error."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap_servers, "client.id": name,
         "group.id": name, "enable.auto.commit": False, "enable.auto.offset.store": False,
