@@ -107,7 +107,8 @@ def test_a_record_of_a_busy_partition_is_not_held_by_a_fetch_of_the_idle_ones(ka
     sent = trio.run(main)
     latencies.sort()
     late = [x for x in latencies if x > 0.8 * wait_ms / 1000]
-    print(f"{sent} records in {SECONDS:.0f} s (paced at {RATE:.0f}/s) to one of two partitions: p50 {latencies[len(latencies) // 2] * 1e3:.1f} ms, "
+    print(f"{sent} records in {SECONDS:.0f} s (paced at {RATE:.0f}/s) to one of two partitions: "
+          f"p50 {latencies[len(latencies) // 2] * 1e3:.1f} ms, "
           f"p99 {latencies[int(len(latencies) * 0.99)] * 1e3:.1f} ms, max {latencies[-1] * 1e3:.1f} ms, "
           f"{len(late)} later than 80 % of the fetch wait ({wait_ms} ms)")
     assert len(latencies) == sent
