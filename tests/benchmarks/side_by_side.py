@@ -29,8 +29,10 @@ reported apart):
    publisher (`relay-publish --rotate-content-topics`) sends message i on topic i mod clients, so
    each client gets rate/clients pushes/s (kept <= 15: go-waku's light client accepts 15 pushes/s
    per peer). Push latency = client receipt - message timestamp (both wall clock, one machine),
-   over every message published in the measured window (after `--warm` s), missing as +inf;
-   also per 10 s of the window by publish time (`push_p99_ms_by_slice`: where the tail sits).
+   over every message published in the measured window (after `--warm` s, 180 by default: the
+   JVMs of our stack compile the new rate's code for minutes, 2026-11-30: 6.72 ms of CPU a push 60 s
+   in, 5.01 from 180 s; the warm-up's CPU a push is reported apart), missing as +inf; also per
+   10 s of the window by publish time (`push_p99_ms_by_slice`: where the tail sits).
 4. **queryable**: a relay publisher paced at `--paced-rate` msg/s and `wakuinterop store-probe`
    asking for the newest page every 20 ms (its own load is part of the run); queryable latency =
    first returned by a store query - message timestamp, over every message of the window (after
@@ -419,9 +421,11 @@ def wait_stored(side: Side, target: float, timeout: float, still_s: float = 10.0
     return last, last_at
 
 
-def timed_window(pub: GoClient, warm: float, window: float, side: Side) -> tuple[float, float, dict, dict]:
+def timed_window(pub: GoClient, warm: float, window: float,
+                 side: Side) -> tuple[float, float, dict, dict, dict]:
     """Waits for the publisher's first message, then `warm` s; samples the stack's CPU at the
-    window's start and end. (window start, end, CPU before, CPU after): wall times."""
+    first message and at the window's start and end. (window start, end (wall times), CPU at the
+    first message, at the window's start, at its end)."""
     deadline = time.monotonic() + 120
     while not pub.publishes and time.monotonic() < deadline:
         if pub.proc.poll() is not None:
@@ -429,13 +433,14 @@ def timed_window(pub: GoClient, warm: float, window: float, side: Side) -> tuple
         time.sleep(0.02)
     if not pub.publishes:
         raise RuntimeError("publisher sent nothing in 120 s")
+    cw = side.cpu_by_process()
     first = pub.publishes[0][1] / 1e9
     ws, we = first + warm, first + warm + window
     time.sleep(max(0.0, ws - time.time()))
     c0 = side.cpu_by_process()
     time.sleep(max(0.0, we - time.time()))
     c1 = side.cpu_by_process()
-    return ws, we, c0, c1
+    return ws, we, cw, c0, c1
 
 
 SLICE_S = 10.0  # the filter runs' p99 per this much of the window
@@ -455,7 +460,7 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
                    log.with_suffix(".publisher.log"))
     try:
         m0 = side.metrics()
-        ws, we, c0, c1 = timed_window(pub, warm, window, side)
+        ws, we, cw, c0, c1 = timed_window(pub, warm, window, side)
         m1 = side.metrics()
         pub_summary = pub.finish(warm + window + 120)
         # the clients stay until the last pushes of the window arrived, then unsubscribe (go-waku's
@@ -500,13 +505,16 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
                 stages["bridge_" + k.split('outcome="')[1].split('"')[0]] = m1[k] - m0.get(k, 0.0)
     cpu = cpu_delta(c0, c1)
     cpu_s = sum(cpu.values())
+    warm_cpu_s = sum(cpu_delta(cw, c0).values())  # the warm-up's, reported apart: the JVMs still compile
     return {
         "rate": msg_rate, "clients": clients, "window_s": round(we - ws, 1), "subscribe_s": round(subscribe_s, 1),
         "published": len(pub.publishes), "publisher_ok": pub_summary.get("ok"), "offered": len(offered),
         "delivered": s.delivered, "missing": s.missing, "duplicates": fsum.get("duplicates"),
         "push_p50_ms": s.p50, "push_p90_ms": s.p90, "push_p99_ms": s.p99, "push_max_ms": s.max,
         "warmup_offered": len(warmup), "warmup_missing": w.missing, "warmup_push_p50_ms": w.p50,
-        "warmup_push_p99_ms": w.p99, "push_p99_ms_by_slice": slices,
+        "warmup_push_p99_ms": w.p99, "warmup_s": warm,
+        "warmup_cpu_ms_per_push": round(warm_cpu_s * 1000 / w.delivered, 2) if w.delivered else None,
+        "push_p99_ms_by_slice": slices,
         "cpu_s": round(cpu_s, 2), "cpu_by_process_s": cpu,
         "cpu_ms_per_push": round(cpu_s * 1000 / s.delivered, 2) if s.delivered else None,
         "cores": round(cpu_s / (we - ws), 3),
@@ -525,7 +533,7 @@ def phase_queryable(side: Side, msg_rate: float, warm: float, window: float) -> 
     pub = GoClient(["relay-publish", *common(side), *ct, "--rate", str(msg_rate), "--seconds",
                     str(warm + window), "--linger", "2", "--timeout", "120"], log.with_suffix(".publisher.log"))
     try:
-        ws, we, c0, c1 = timed_window(pub, warm, window, side)
+        ws, we, _, c0, c1 = timed_window(pub, warm, window, side)
         pub_summary = pub.finish(warm + window + 120)
         psum = probe.finish(60)
     finally:
@@ -673,7 +681,8 @@ def run_side(name: str, args: argparse.Namespace, tmp: Path) -> dict:
             say(f"{name}: filter at {r:g} msg/s, {args.clients} clients")
             out[f"filter_{int(r)}"] = f = phase_filter(side, r, args.clients, args.warm, args.window)
             say(f"{name}: filter {r:g}: p50 {f['push_p50_ms']} p99 {f['push_p99_ms']} ms, missing {f['missing']}, "
-                f"{f['cpu_ms_per_push']} CPU ms/push; p99 per {SLICE_S:g} s of the window {f['push_p99_ms_by_slice']}")
+                f"{f['cpu_ms_per_push']} CPU ms/push (warm-up: {f['warmup_cpu_ms_per_push']}); p99 per {SLICE_S:g} s "
+                f"of the window {f['push_p99_ms_by_slice']}")
             loads.append(load1())
         if args.paced_rate > 0:
             say(f"{name}: queryable at {args.paced_rate:g} msg/s")
@@ -722,7 +731,7 @@ def main() -> int:
     q = args.quick
     args.filter_rates = [float(x) for x in (args.filter_rates or ("50,200")).split(",") if x]
     for name, full, quick in [("flat", 30.0, 10.0), ("store_clients", 8, 4), ("store", 30.0, 10.0),
-                              ("settle", 20.0, 10.0), ("idle", 60.0, 30.0), ("warm", 15.0, 10.0),
+                              ("settle", 20.0, 10.0), ("idle", 60.0, 30.0), ("warm", 180.0, 10.0),
                               ("queryable_warm", 45.0, 20.0),
                               ("window", 60.0, 20.0)]:
         if getattr(args, name) is None:
