@@ -25,8 +25,8 @@ def start_store_query(spark: SparkSession, settings: StoreJobSettings, available
     # columns is wasted work: ~11 µs of CPU a 1 KiB record, a fifth of the batch's (docs/benchmarks.md).
     spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
     checkpoint = settings.warehouse.checkpoint_path("store")
-    # The cadence follows the load (store.min_offsets_per_trigger): a batch's fixed cost (~0.3-0.7
-    # CPU-s) is paid every few seconds at a trickle, every trigger under load. Freshness does not
+    # The cadence follows the load (store.min_offsets_per_trigger): a batch's fixed cost (~0.3
+    # CPU-s) is paid at most every store.max_trigger_delay_s at a trickle, every trigger under load. Freshness does not
     # wait for it: the store service's fresh tail follows Kafka (docs/decisions.md, issue 41).
     least = settings.min_offsets_per_trigger  # never more than a batch may hold
     if settings.max_offsets_per_trigger:

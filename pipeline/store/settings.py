@@ -31,7 +31,7 @@ class StoreJobSettings:
     # Batch cadence that follows the load: a trigger finding fewer new records waits for more,
     # at most max_trigger_delay_s after the last batch (0: a batch at every trigger with records).
     min_offsets_per_trigger: int = 2000
-    max_trigger_delay_s: float = 10.0
+    max_trigger_delay_s: float = 30.0
 
     @property
     def recent_keep_s(self) -> float:

@@ -519,6 +519,9 @@ class Run:
             # cluster's start on two cores), and its batches wait at most 15 s for 1,000 events
             # (not 120: the end of the run waits for the last events to be applied)
             "filter.subscriptions_warm_up=false", "filter.subscriptions_max_trigger_delay_s=15",
+            # the store job's batches at this run's rates (20-50 msg/s) every 10 s, not 30: each
+            # check of the store after a fault waits for the next batch
+            "store.max_trigger_delay_s=10",
         ] + ([f"spark.options={quick_spark_options()}"] if self.quick else [])
 
     def bridge_overrides(self, name: str, port: int) -> list[str]:

@@ -44,7 +44,7 @@ def _options(**kw: Any) -> dict[str, str]:
 
 def test_store_cadence_on_by_default_and_set_by_configuration():
     s = StoreJobSettings.from_config(load_config(environ={}))
-    assert (s.min_offsets_per_trigger, s.max_trigger_delay_s) == (2000, 10.0)  # docs/decisions.md
+    assert (s.min_offsets_per_trigger, s.max_trigger_delay_s) == (2000, 30.0)  # docs/decisions.md
     off = StoreJobSettings.from_config(load_config(["store.min_offsets_per_trigger=0"], environ={}))
     assert off.min_offsets_per_trigger == 0
 
