@@ -75,7 +75,9 @@ def test_dashboard_renders_live_pipeline_in_chromium(spark, kafka, tmp_path):
         f"topics.push_prefix=dash.{tag}.push.",
         f"warehouse.root={tmp_path / 'wh'}", f"warehouse.checkpoints={tmp_path / 'cp'}",
         "store.trigger_seconds=1", "filter.trigger_seconds=1", "filter.subscriptions_trigger_seconds=1",
-        # a subscriptions batch at every trigger, no start-up warm-up: the test waits for the table
+        # a store and a subscriptions batch at every trigger, no start-up warm-up: the test waits
+        # for the tables
+        "store.min_offsets_per_trigger=0",
         "filter.subscriptions_min_events_per_trigger=0", "filter.subscriptions_warm_up=false",
         "filter.trigger=microbatch",  # the jobs share one local session: real-time mode would hold every slot
         "job_metrics.write_interval_s=1", "dashboard.refresh_s=1",

@@ -93,7 +93,8 @@ def test_records_reproduced_later_in_one_query_are_stored_once(spark, kafka, tmp
     ensure_topics(kafka, {topic: 2})
     cfg = load_config([f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}",
                        f"warehouse.root={tmp_path / 'wh'}", f"warehouse.checkpoints={tmp_path / 'cp'}",
-                       "store.trigger_seconds=0.2", f"store.recent_hashes_max={recent_hashes_max}"], environ={})
+                       "store.trigger_seconds=0.2", "store.min_offsets_per_trigger=0",  # a batch a trigger
+                       f"store.recent_hashes_max={recent_hashes_max}"], environ={})
     now = time.time()
 
     def records(t0: float, tag: str) -> list[pr.IngestRecord]:

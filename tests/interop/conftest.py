@@ -210,7 +210,9 @@ def interop(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[Int
         f"bridge.cluster_id={CLUSTER}", f"bridge.num_shards_in_cluster={SHARDS}", "bridge.pubsub_topics=",
         "bridge.all_shards=true",
         "filter.trigger_seconds=0.2", "filter.subscriptions_trigger_seconds=0.2",
-        # a subscriptions batch at every trigger, no start-up warm-up: the tests wait for the table
+        # a store and a subscriptions batch at every trigger, no start-up warm-up: the tests wait
+        # for the tables
+        "store.min_offsets_per_trigger=0",
         "filter.subscriptions_min_events_per_trigger=0", "filter.subscriptions_warm_up=false",
         "filter.trigger=microbatch",  # one local session runs every job: real-time mode would hold every slot
         "filter.max_requests_per_peer_per_minute=1000",
