@@ -9,6 +9,16 @@ import pytest
 from core.config import Config, load_config
 from tools.processes import free_port
 
+# Every test stack that waits for a Delta table sets these (spread into its overrides): a store and
+# a subscriptions batch at every trigger, not the shipped cadence that waits up to 30 s / 120 s for
+# more records (the fault run and test_batch_cadence cover that), and no subscriptions warm-up at
+# start (a throw-away MERGE that only costs the suite time; test_subscriptions_expiry.py runs it).
+BATCH_AT_EVERY_TRIGGER = (
+    "store.min_offsets_per_trigger=0",
+    "filter.subscriptions_min_events_per_trigger=0",
+    "filter.subscriptions_warm_up=false",
+)
+
 
 @pytest.fixture(scope="session")
 def test_root(tmp_path_factory: pytest.TempPathFactory):
@@ -35,13 +45,7 @@ def config(test_root, kafka_ports) -> Config:
         f"warehouse.checkpoints={test_root / 'checkpoints'}",
         "spark.master=local[2]",
         "spark.shuffle_partitions=2",
-        # Tests wait for Delta at low rates: a batch at every trigger, not the shipped cadence that
-        # waits up to 10 s / 120 s for more records (the fault run and test_batch_cadence cover it).
-        "store.min_offsets_per_trigger=0",
-        "filter.subscriptions_min_events_per_trigger=0",
-        # The subscriptions job's start-up warm-up (a throw-away MERGE) only costs the suite time;
-        # test_subscriptions_expiry.py runs it.
-        "filter.subscriptions_warm_up=false",
+        *BATCH_AT_EVERY_TRIGGER,
     ])
 
 

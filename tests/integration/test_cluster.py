@@ -31,6 +31,7 @@ from core.kafka import ensure_topics
 from core.records import decode_push, ingest_key, ingest_value, subscription_event
 from schemas import pipeline_records_pb2 as pr
 from schemas import waku_message_pb2 as wm
+from tests.conftest import BATCH_AT_EVERY_TRIGGER
 from tools.loadgen import Generated, LoadGenerator, LoadProfile, produce
 from tools.spark_cluster import StandaloneCluster
 
@@ -295,8 +296,8 @@ def test_subscriptions_and_filter_jobs_on_the_standalone_cluster(standalone, sto
             # one core per application here; real-time mode needs one per messages partition
             "filter.trigger": "microbatch",
             "filter.subscriptions_trigger_seconds": "1.0", "filter.subscription_ttl_s": "3600",
-            # a batch at every trigger, no start-up warm-up: the test waits for the table
-            "filter.subscriptions_min_events_per_trigger": "0", "filter.subscriptions_warm_up": "false",
+            # the test waits for the table
+            **dict(item.split("=", 1) for item in BATCH_AT_EVERY_TRIGGER),
             "job_metrics.subscriptions_port": "-1", "job_metrics.filter_port": "-1"}
     content_topic = f"/cluster-test/1/{uid}/proto"
     jobs: list[Submitted] = []

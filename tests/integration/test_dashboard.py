@@ -25,7 +25,7 @@ from pipeline.filter.subscriptions import SubscriptionsJob
 from pipeline.spark.metrics import JobMetrics
 from pipeline.store.job import start_store_query
 from pipeline.store.settings import StoreJobSettings
-from tests.conftest import free_port
+from tests.conftest import BATCH_AT_EVERY_TRIGGER, free_port
 from tools.loadgen import LoadGenerator, LoadProfile, produce
 from tools.processes import start_bridge, start_publisher
 
@@ -75,10 +75,7 @@ def test_dashboard_renders_live_pipeline_in_chromium(spark, kafka, tmp_path):
         f"topics.push_prefix=dash.{tag}.push.",
         f"warehouse.root={tmp_path / 'wh'}", f"warehouse.checkpoints={tmp_path / 'cp'}",
         "store.trigger_seconds=1", "filter.trigger_seconds=1", "filter.subscriptions_trigger_seconds=1",
-        # a store and a subscriptions batch at every trigger, no start-up warm-up: the test waits
-        # for the tables
-        "store.min_offsets_per_trigger=0",
-        "filter.subscriptions_min_events_per_trigger=0", "filter.subscriptions_warm_up=false",
+        *BATCH_AT_EVERY_TRIGGER,  # the tests wait for the tables
         "filter.trigger=microbatch",  # the jobs share one local session: real-time mode would hold every slot
         "job_metrics.write_interval_s=1", "dashboard.refresh_s=1",
         *(f"job_metrics.{job}_port={ports[job]}" for job in ("store", "subscriptions", "filter")),

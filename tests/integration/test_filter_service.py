@@ -23,6 +23,7 @@ from ingest.publisher import Publisher
 from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC
 from ingest.settings import BridgeSettings
 from schemas.waku_message_pb2 import WakuMessage
+from tests.conftest import BATCH_AT_EVERY_TRIGGER
 
 pytestmark = pytest.mark.integration
 
@@ -133,7 +134,7 @@ def env(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[dict]:
         "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1", "bridge.metrics_port=-1",
         f"bridge.pubsub_topics={PT},{SHARD}",
         "filter.trigger_seconds=0.2", "filter.subscriptions_trigger_seconds=0.2",
-        "filter.subscriptions_min_events_per_trigger=0",  # a batch at every trigger: the test waits on the table
+        *BATCH_AT_EVERY_TRIGGER,  # the test waits on the table
         # One shared local[2] session runs the subscriptions job too: real-time mode would hold
         # every task slot (it is tested through ./spark-submit.sh in test_filter_realtime.py).
         "filter.trigger=microbatch",

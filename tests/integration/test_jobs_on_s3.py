@@ -20,6 +20,7 @@ import trio
 
 from core.config import load_config
 from core.settings import local_path
+from tests.conftest import BATCH_AT_EVERY_TRIGGER
 from tests.integration.conftest import S3_BUCKET
 
 pytestmark = pytest.mark.integration
@@ -55,7 +56,7 @@ def test_subscriptions_and_filter_jobs_push_from_tables_on_s3(spark_on_s3, kafka
         "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1", "bridge.metrics_port=-1",
         f"bridge.pubsub_topics={PT}", f"bridge.key_file={tmp_path / 'a.key'}",
         "filter.trigger_seconds=0.2", "filter.subscriptions_trigger_seconds=0.2",
-        "filter.subscriptions_min_events_per_trigger=0", "filter.trigger=microbatch",
+        *BATCH_AT_EVERY_TRIGGER, "filter.trigger=microbatch",
         "filter.max_requests_per_peer_per_minute=1000",
     ], environ={})
     filter_settings = FilterJobSettings.from_config(cfg)

@@ -29,6 +29,7 @@ from core.message import hash_of
 from ingest.publisher import Publisher
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
+from tests.conftest import BATCH_AT_EVERY_TRIGGER
 from tests.integration.test_filter_service import Net, streaming_progress, wait_until
 from tests.interop.conftest import CLUSTER, PUBSUB_TOPIC, SHARDS, go_client
 from tools.kafka_cluster import KafkaCluster
@@ -183,10 +184,7 @@ def env(cluster: KafkaCluster, spark, tmp_path_factory) -> Iterator[Env]:
         f"bridge.cluster_id={CLUSTER}", f"bridge.num_shards_in_cluster={SHARDS}", "bridge.pubsub_topics=",
         "bridge.all_shards=true", "bridge.redial_interval_s=2",
         "filter.trigger_seconds=0.2", "filter.subscriptions_trigger_seconds=0.2",
-        # a store and a subscriptions batch at every trigger, no start-up warm-up: the test waits
-        # for the tables
-        "store.min_offsets_per_trigger=0",
-        "filter.subscriptions_min_events_per_trigger=0", "filter.subscriptions_warm_up=false",
+        *BATCH_AT_EVERY_TRIGGER,  # the tests wait for the tables
         "filter.trigger=microbatch",  # one local session runs every job: real-time mode would hold every slot
         "filter.max_requests_per_peer_per_minute=1000",
         "store.trigger_seconds=0.5", "store.starting_offsets=earliest",

@@ -21,6 +21,7 @@ from pipeline.store.settings import StoreJobSettings
 from pipeline.store.tables import UNTIMED_INDEX
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
+from tests.conftest import BATCH_AT_EVERY_TRIGGER
 
 pytestmark = pytest.mark.integration
 
@@ -93,7 +94,7 @@ def test_records_reproduced_later_in_one_query_are_stored_once(spark, kafka, tmp
     ensure_topics(kafka, {topic: 2})
     cfg = load_config([f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}",
                        f"warehouse.root={tmp_path / 'wh'}", f"warehouse.checkpoints={tmp_path / 'cp'}",
-                       "store.trigger_seconds=0.2", "store.min_offsets_per_trigger=0",  # a batch a trigger
+                       "store.trigger_seconds=0.2", *BATCH_AT_EVERY_TRIGGER,
                        f"store.recent_hashes_max={recent_hashes_max}"], environ={})
     now = time.time()
 

@@ -21,7 +21,7 @@ from core.config import REPO_ROOT, Config, load_config
 from core.topics import autoshard
 from ingest.publisher import Publisher
 from schemas.waku_message_pb2 import WakuMessage
-from tests.conftest import free_port
+from tests.conftest import BATCH_AT_EVERY_TRIGGER, free_port
 from tests.integration.test_filter_service import Net, wait_until
 from tools.processes import BridgeProcess, start_bridge
 
@@ -210,10 +210,7 @@ def interop(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[Int
         f"bridge.cluster_id={CLUSTER}", f"bridge.num_shards_in_cluster={SHARDS}", "bridge.pubsub_topics=",
         "bridge.all_shards=true",
         "filter.trigger_seconds=0.2", "filter.subscriptions_trigger_seconds=0.2",
-        # a store and a subscriptions batch at every trigger, no start-up warm-up: the tests wait
-        # for the tables
-        "store.min_offsets_per_trigger=0",
-        "filter.subscriptions_min_events_per_trigger=0", "filter.subscriptions_warm_up=false",
+        *BATCH_AT_EVERY_TRIGGER,  # the tests wait for the tables
         "filter.trigger=microbatch",  # one local session runs every job: real-time mode would hold every slot
         "filter.max_requests_per_peer_per_minute=1000",
         "store.trigger_seconds=0.5", "store.starting_offsets=earliest",
