@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from core.config import REPO_ROOT, Config, ConfigError, add_config_arguments, config_from_args, load_config
 from tools.processes import stop_processes
@@ -37,19 +38,36 @@ def topics(config: Config) -> dict[str, int]:
     return {t["messages"]: t["messages_partitions"], t["subscriptions"]: t["subscriptions_partitions"]}
 
 
-def stored_count(config: Config) -> int | None:
-    """Rows in the Delta `messages` table, read with the Rust Delta reader (no Spark)."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+class StoredCount:
+    """Rows in the Delta `messages` table, read with the Rust Delta reader (no Spark). The table
+    is opened once and brought up to date by its new commits; its rows are counted again only
+    when it has a new version (a count reads every data file's footer). None: no table yet."""
 
-    from core.settings import ObjectStoreSettings, is_s3
+    def __init__(self, config: Config) -> None:
+        from core.settings import ObjectStoreSettings, is_s3
 
-    path = config.table_path("messages")
-    options = ObjectStoreSettings.from_config(config).storage_options() if is_s3(path) else None
-    try:
-        return DeltaTable(path, storage_options=options).to_pyarrow_dataset().count_rows()
-    except (TableNotFoundError, OSError):
-        return None
+        self.path = config.table_path("messages")
+        self.options = ObjectStoreSettings.from_config(config).storage_options() if is_s3(self.path) else None
+        self._table: Any = None
+        self._version: int | None = None
+        self._count: int | None = None
+
+    def __call__(self) -> int | None:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+
+        try:
+            if self._table is None:
+                self._table = DeltaTable(self.path, storage_options=self.options)
+            else:
+                self._table.update_incremental()
+            version = self._table.version()
+            if version != self._version:
+                self._count, self._version = self._table.to_pyarrow_dataset().count_rows(), version
+            return self._count
+        except (TableNotFoundError, DeltaError, OSError):
+            self._table = self._version = self._count = None  # opened again next time
+            return None
 
 
 def start_dashboard(job_args: list[str], log_path: Path) -> subprocess.Popen:
@@ -122,13 +140,14 @@ def _watch(config: Config, procs: dict[str, subprocess.Popen], logs: Path, stop:
     Delta store are logged (with `began`, also when the first ones arrived)."""
     run_began = time.monotonic()
     last_report, first_rows = 0.0, False
+    stored_count = StoredCount(config)
     while not stop.is_set() and (not duration or time.monotonic() - run_began < duration):
         for name, proc in procs.items():
             if proc.poll() is not None:
                 raise RuntimeError(f"the {name} exited with {proc.returncode}: see {logs}")
         if time.monotonic() - last_report >= 5:
             last_report = time.monotonic()
-            count = stored_count(config)
+            count = stored_count()
             if count and not first_rows and began is not None:
                 first_rows = True
                 log.info("first rows in the Delta store %.0f s after the start", time.monotonic() - began)
