@@ -4,7 +4,10 @@ The producer is librdkafka's (confluent-kafka; docs/decisions.md says why not ka
 ``produce`` only queues the record in C, so the trio side calls it directly; a feeder thread
 serves librdkafka's delivery reports (``poll``), sends what could not be queued at once (no
 producer yet, a full local queue, a producer being replaced) and replaces the producer after a
-fatal error. Acknowledgements come back to trio in batches through ``TrioToken.run_sync_soon``.
+fatal error. Acknowledgements come back to trio in batches through ``TrioToken.run_sync_soon``:
+at once when someone waits for them (``put_acked``'s callers, a wait for room or for idle) or a
+delivery failed; otherwise at most every ``ACK_DRAIN_S`` (and at each ``put``), so a relayed
+message does not cost the trio thread a loop turn of its own for its acknowledgement.
 
 The bound counts records handed over but not yet acknowledged. When it is reached, ``put``
 waits as long as it takes (the relay stops reading, and flow control slows the peers): a
@@ -18,10 +21,11 @@ logged. Nothing is dropped silently. ``close`` waits for every record to be ackn
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +79,12 @@ def quiet_kafka_client_logs(every_s: float = 60.0) -> None:
 
 _LOG_EVERY_S = 10.0
 IDLE_POLL_S = 0.5  # the feeder's wait for delivery reports when it has nothing to send
+# Acknowledgements nobody waits for reach the trio thread at most this late (ACK_DRAIN_S, or the
+# feeder's idle wait after the last one) or once ACK_DRAIN_BATCH are waiting: the outstanding
+# gauge and the stall warning lag that much; the bound is checked against fresh counts (`put`
+# drains first).
+ACK_DRAIN_S = 0.25
+ACK_DRAIN_BATCH = 1024
 
 
 class _Waiter:
@@ -143,6 +153,8 @@ class IngestProducer:
         self._pending: collections.deque[_Record] = collections.deque()  # trio -> feeder
         self._acked: collections.deque[tuple[_Record, BaseException | None]] = collections.deque()
         self._drain_scheduled = False
+        self._drain_wanted = False  # trio waits for acknowledgements (room, idle): drain each at once
+        self._last_drain = time.monotonic()
         self._wake = threading.Event()
         self._closing = False
         self._room = trio.Event()
@@ -207,6 +219,8 @@ class IngestProducer:
         return waiter.ok
 
     async def _put(self, record: _Record, wait_for_room_s: float | None) -> bool:
+        if self._acked:
+            self._drain_acks()
         if self._closing:
             self._drop("shutdown", 1, "kafka: producer closing, record dropped")
             return False
@@ -243,7 +257,7 @@ class IngestProducer:
             # Already waited out the timeout with no progress: refuse at once until there is room.
             return False
         try:
-            with trio.move_on_after(float("inf") if timeout_s is None else timeout_s):
+            with trio.move_on_after(float("inf") if timeout_s is None else timeout_s), self._waiting_for_acks():
                 while self.outstanding >= self.settings.max_outstanding:
                     self._warn("backpressure", "kafka: %d records unacknowledged (bound reached; oldest "
                                "waiting %.0f s): relay paused until Kafka catches up",
@@ -259,7 +273,19 @@ class IngestProducer:
 
     async def wait_idle(self) -> None:
         """Until every record handed over so far is acknowledged or dropped."""
-        await self._idle.wait()
+        with self._waiting_for_acks():
+            await self._idle.wait()
+
+    @contextlib.contextmanager
+    def _waiting_for_acks(self) -> Iterator[None]:
+        """While trio waits on acknowledgements: the feeder hands each over at once. Set before
+        draining what came already, so none is left waiting for the next timed drain."""
+        self._drain_wanted = True
+        try:
+            self._drain_acks()
+            yield
+        finally:
+            self._drain_wanted = False
 
     async def close(self) -> None:
         """Wait (up to close_timeout_s) for every record to be acknowledged, then stop."""
@@ -268,7 +294,7 @@ class IngestProducer:
         if self.outstanding:
             log.info("kafka: flushing %d records", self.outstanding)
         with trio.move_on_after(self.settings.close_timeout_s):
-            await self._idle.wait()
+            await self.wait_idle()
         self._closing = True
         self._wake.set()
         await trio.to_thread.run_sync(self._thread.join, 30.0)
@@ -285,6 +311,7 @@ class IngestProducer:
     def _drain_acks(self) -> None:
         """On the trio thread: account for acknowledged / failed records."""
         self._drain_scheduled = False
+        self._last_drain = time.monotonic()
         done = 0
         retry: list[_Record] = []
         while self._acked:
@@ -355,6 +382,12 @@ class IngestProducer:
         else:
             self._last_error = error
         self._acked.append((record, error))
+        if (error is not None or record.waiter is not None or self._drain_wanted
+                or len(self._acked) >= ACK_DRAIN_BATCH):
+            self._schedule_drain()
+
+    def _schedule_drain(self) -> None:
+        """Hand the acknowledgements to the trio thread (any thread; once until it drained)."""
         if not self._drain_scheduled:
             self._drain_scheduled = True
             try:
@@ -440,6 +473,8 @@ class IngestProducer:
                 # (records are produced by the caller: the deque fills only when librdkafka's
                 # queue is full, when delivery reports come back at once)
                 producer.poll(0.005 if self._pending else IDLE_POLL_S)
+                if self._acked and time.monotonic() - self._last_drain >= ACK_DRAIN_S:
+                    self._schedule_drain()
                 if self._closing:
                     break
                 if not self._pending:

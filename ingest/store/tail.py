@@ -550,12 +550,18 @@ class TailFollower(Follower):
             if not pending:
                 self.ready.set()
             log.info("store tail: following %s from %s (%s)", s.topic, starts, self._origin)
+            began = 0.0
             while not self._stop.is_set():
                 # Wait for the first record, then take what else librdkafka's fetcher has queued
                 # (it fetches on threads of its own, without the GIL).
                 first = consumer.poll(IDLE_POLL_S)  # returns at the first record
                 if first is None:
                     continue
+                # At most one take every TAKE_INTERVAL_S: under load the batch gathers meanwhile;
+                # at a trickle the poll's wait has passed it already (no extra wake-up a record).
+                gather = began + TAKE_INTERVAL_S - time.monotonic()
+                if gather > 0 and self._stop.wait(gather):
+                    break
                 began = time.monotonic()
                 records: list[tuple[bytes | None, int, int, float | None]] = []
                 reached: list[int | None] = []  # partitions read to their end (an EOF event's is set)
@@ -581,8 +587,6 @@ class TailFollower(Follower):
                     pending.difference_update(reached)
                     if not pending:
                         self.ready.set()
-                if len(records) < TAKE_MAX:  # caught up: let the next batch gather
-                    self._stop.wait(max(0.0, began + TAKE_INTERVAL_S - time.monotonic()))
         finally:
             consumer.close()
 
