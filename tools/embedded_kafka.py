@@ -41,6 +41,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = REPO_ROOT / "var" / "kafka"
 DEFAULT_JAR_DIR = REPO_ROOT / ".cache" / "jars" / "kafka"
 NODE_ID = 1
+# One network thread, one request handler and the serial GC (Kafka's defaults: 3, 8 and G1): on
+# two shared cores the default's idle handlers wake every 300 ms, and a request handed to a cold
+# thread costs more than the parallelism gives (docs/decisions.md, The embedded broker).
+DEFAULT_NETWORK_THREADS = 1
+DEFAULT_IO_THREADS = 1
+DEFAULT_JVM_OPTIONS = ("-XX:+UseSerialGC",)
 STOP_TIMEOUT_S = 30.0
 LOG_TAIL_LINES = 20
 
@@ -203,8 +209,10 @@ class EmbeddedKafka:
         heap: str = "-Xmx512m",
         startup_timeout_s: float = 60.0,
         num_partitions: int = 1,
+        network_threads: int = DEFAULT_NETWORK_THREADS,
+        io_threads: int = DEFAULT_IO_THREADS,
         extra_config: Mapping[str, Any] | None = None,
-        jvm_options: Sequence[str] = (),
+        jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
         node_id: int = NODE_ID,
         quorum_voters: str | None = None,
         cluster_id: str | None = None,
@@ -217,6 +225,8 @@ class EmbeddedKafka:
         self.heap = heap if heap.startswith("-") else f"-Xmx{heap}"
         self.startup_timeout_s = float(startup_timeout_s)
         self.num_partitions = int(num_partitions)
+        self.network_threads = int(network_threads)
+        self.io_threads = int(io_threads)
         self.extra_config = dict(extra_config or {})
         self.jvm_options = list(jvm_options)  # e.g. -XX:TieredStopAtLevel=1 for a faster start
         # One node of a cluster (tools/kafka_cluster.py): its id, every voter ("id@host:port,..."),
@@ -241,6 +251,9 @@ class EmbeddedKafka:
             jar_dir=config.path("embedded_kafka.jar_dir"),
             heap=str(ek["heap"]),
             startup_timeout_s=ek["startup_timeout_s"],
+            network_threads=ek["network_threads"],
+            io_threads=ek["io_threads"],
+            jvm_options=str(ek["jvm_options"]).split(),
         )
 
     # -- paths and properties -------------------------------------------------------------
@@ -287,6 +300,8 @@ class EmbeddedKafka:
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.log_dir),
             "num.partitions": self.num_partitions,
+            "num.network.threads": self.network_threads,
+            "num.io.threads": self.io_threads,
             "default.replication.factor": 1,
             "min.insync.replicas": 1,
             "offsets.topic.replication.factor": 1,

@@ -74,9 +74,6 @@ class KafkaCluster:
             "transaction.state.log.min.isr": self.min_insync_replicas,
             "share.coordinator.state.topic.replication.factor": self.replication_factor,
             "share.coordinator.state.topic.min.isr": self.min_insync_replicas,
-            # a small machine: fewer request threads than Kafka's 3 network + 8 I/O
-            "num.network.threads": 2,
-            "num.io.threads": 2,
         }
         config.update(extra_config or {})
         self.nodes = [
@@ -84,6 +81,8 @@ class KafkaCluster:
                 self.data_dir / f"broker-{i}", host=host, port=port, controller_port=controller,
                 jar_dir=jar_dir, heap=heap, startup_timeout_s=startup_timeout_s,
                 extra_config=config, jvm_options=jvm_options,
+                # two of each, as before (the embedded broker's one of each was measured without replication)
+                network_threads=2, io_threads=2,
                 node_id=i + 1, quorum_voters=voters, cluster_id=None,
             )
             for i, (port, controller) in enumerate(ports)
