@@ -54,7 +54,7 @@ class StoredCount:
 
     def __call__(self) -> int | None:
         from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError, TableNotFoundError
+        from deltalake.exceptions import DeltaError  # TableNotFoundError is one
 
         try:
             if self._table is None:
@@ -65,7 +65,7 @@ class StoredCount:
             if version != self._version:
                 self._count, self._version = self._table.to_pyarrow_dataset().count_rows(), version
             return self._count
-        except (TableNotFoundError, DeltaError, OSError):
+        except (DeltaError, OSError):
             self._table = self._version = self._count = None  # opened again next time
             return None
 

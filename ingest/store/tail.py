@@ -58,7 +58,7 @@ _LIBRDKAFKA_LOG = logging.getLogger("kafka.librdkafka.store-tail")
 Key = tuple[float, bytes, bytes]  # (received_time, digest, message_hash)
 TAKE_MAX = 5000  # records the consumer thread takes in at once
 IDLE_POLL_S = 0.5  # a poll's longest wait for a first record: how often an idle loop wakes
-TAKE_INTERVAL_S = 0.005  # ... and, when it has caught up, at most this often (see consumer_config)
+TAKE_INTERVAL_S = 0.005  # ... and at most this often, counted from the last take's start (see consumer_config)
 _CHUNK = 500  # messages taken in per hold of the tail's lock
 # Messages forgotten, Kafka arrivals swept and stale keys trimmed per hold of the tail's lock
 # after a commit (~1-2 ms of work): inserts and queries wait for one such hold at most, whatever
