@@ -73,8 +73,14 @@ class SupervisedThread:
         return "ended" if exc is None else f"{type(exc).__name__}: {exc}"
 
     def _run(self) -> None:
+        restart = False
         while not self.stopping.is_set():
             try:
+                # The wait before a restart is inside the try: what kills the thread during it is
+                # counted and started again like a failure of the body.
+                if restart and self.stopping.wait(self.restart_after_s):
+                    return
+                restart = True
                 self.body(self.stopping)
                 return
             except BaseException as exc:  # counted, logged, started again (SystemExit too)
@@ -83,4 +89,3 @@ class SupervisedThread:
                 self.failed_at = time.monotonic()
                 log.error("thread %s failed (%d so far), restarting in %.0f s: %s: %s", self.name, self.failures,
                           self.restart_after_s, type(exc).__name__, exc, exc_info=self.failures == 1)
-                self.stopping.wait(self.restart_after_s)

@@ -100,8 +100,14 @@ class Follower:
     def _run(self) -> None:
         from confluent_kafka import KafkaException
 
+        restart = False
         while not self._stop.is_set():
             try:
+                # The wait before a restart is inside the try: what kills the thread during it is
+                # counted and started again like a failure of the loop itself.
+                if restart and self._stop.wait(RESTART_AFTER_S):
+                    return
+                restart = True
                 self._loop()
                 return
             except KafkaException as exc:  # Kafka's answer: one line, no traceback
@@ -110,11 +116,9 @@ class Follower:
                 if not transient(err):
                     self.failures += 1
                     self.failed = exc
-                self._stop.wait(RESTART_AFTER_S)
             except BaseException as exc:  # counted, logged, started again (SystemExit too: never left dead)
                 self.failures += 1
                 self.failed = exc
                 self.log.error("%s consumer failed (%d so far), restarting in %.0f s: %s: %s", self.what,
                                self.failures, RESTART_AFTER_S, type(exc).__name__, exc,
                                exc_info=self.failures == 1)
-                self._stop.wait(RESTART_AFTER_S)
