@@ -9,7 +9,8 @@ peers' at their bridges, and the rows of a bridge that restarted) and folds the 
 in per-peer order (Kafka offset order: one peer's events share a partition) by the rules in
 pipeline/filter/batch_effect.py: restarts, then per-peer resets and refreshes, then each
 criterion's last SUBSCRIBE / UNSUBSCRIBE. What changed is written by one MERGE on the full key
-(none when nothing did): about two CPU-seconds of a C1 driver a batch (docs/decisions.md).
+(none when nothing did): by delta-rs on a local warehouse, by Spark's Delta on an object store
+(pipeline/filter/subscriptions_table.py; docs/decisions.md). Spark reads the batch from Kafka.
 
 The fold is idempotent (a replayed batch, folded over rows that already hold its effect, writes
 the same rows), so the at-least-once foreachBatch is exactly-once in effect; the job is the
@@ -18,59 +19,36 @@ Expiry: rows whose `last_refresh` is older than the TTL (plus the cadence's long
 refresh still on its way keeps its row) are deleted every `expire_interval_s` by the driver
 (under the same lock as the batches: no concurrent Delta writers in the job), when any can be:
 the driver keeps a lower bound of the table's smallest `last_refresh` (read by an aggregate
-query when a check is due, lowered by each batch's earliest SUBSCRIBE) and runs no Spark work while
+query when a check is due, lowered by each batch's earliest SUBSCRIBE) and reads nothing while
 it is inside the TTL. The filter job ignores expired rows as soon as they pass the TTL, whatever
 the deletion schedule.
 Warm-up (filter.subscriptions_warm_up): at start, before its first expiry round, the driver runs
 the batch path on a throw-away table under the same lock, so the first subscriber's batch does
-not pay a fresh JVM's first MERGE (class loading, code generation, JIT: several times a warm one).
+not pay a fresh JVM's first Kafka batch and collect, nor Spark's first MERGE where Spark writes
+(class loading, code generation, JIT: several times a warm one).
 """
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
-
 from core.settings import WarehouseSettings
 from pipeline.filter import batch_effect
 from pipeline.filter.settings import SubscriptionsJobSettings
+from pipeline.filter.subscriptions_table import SUBSCRIPTIONS_SCHEMA, SubscriptionsTable, open_table
 from pipeline.spark.delta import ensure_table
 from pipeline.spark.kafka_io import read_topic_stream
 from pipeline.spark.session import delete_path
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from pipeline.spark.metrics import JobMetrics
 
 log = logging.getLogger("waku.subscriptions")
-
-SUBSCRIPTIONS_SCHEMA = T.StructType([
-    T.StructField("peer_id", T.StringType(), False),
-    T.StructField("pubsub_topic", T.StringType(), False),
-    T.StructField("content_topic", T.StringType(), False),
-    T.StructField("bridge_id", T.StringType(), False),
-    T.StructField("protocol", T.StringType(), True),
-    T.StructField("request_id", T.StringType(), True),
-    T.StructField("subscribed_time", T.DoubleType(), True),   # first SUBSCRIBE (Unix seconds, bridge clock)
-    T.StructField("last_refresh", T.DoubleType(), False),     # last SUBSCRIBE / PING
-])
-
-
-KEY_COLUMNS = ("peer_id", "bridge_id", "pubsub_topic", "content_topic")
-KEY_MATCH = " AND ".join(f"t.{c} = s.{c}" for c in KEY_COLUMNS)
-# The driver path's MERGE source: a row to write ("put") or a key to delete ("delete").
-CHANGES_SCHEMA = T.StructType(
-    [T.StructField(c, T.StringType(), False) for c in KEY_COLUMNS]
-    + [T.StructField(f.name, f.dataType, True) for f in SUBSCRIPTIONS_SCHEMA.fields if f.name not in KEY_COLUMNS]
-    + [T.StructField("action", T.StringType(), False)])
-
 
 def ensure_subscriptions_table(spark: SparkSession, warehouse: WarehouseSettings) -> str:
     path = warehouse.table_path("subscriptions")
@@ -78,53 +56,31 @@ def ensure_subscriptions_table(spark: SparkSession, warehouse: WarehouseSettings
     return path
 
 
-def apply_batch(batch: DataFrame, path: str) -> dict[str, Any]:
+def apply_batch(batch: DataFrame, table: SubscriptionsTable) -> dict[str, Any]:
     """Apply one micro-batch of raw Kafka rows (at most the stream's max_events_per_trigger) to
     the table: collected to the driver, its effect computed there (batch_effect) over the rows it
     can touch (one filtered read), then written by one MERGE on the full key (none when nothing
     changes). Returns its valid event count (`events`), the earliest SUBSCRIBE time in it
     (`first_subscribe`, None without one) and the rows deleted or written (`changes`)."""
-    from delta.tables import DeltaTable
-
-    spark = batch.sparkSession
-    # The MERGE source is a local relation made here: deterministic, nothing to materialize.
-    spark.conf.set("spark.databricks.delta.merge.materializeSource", "none")
     events = batch_effect.decode((r[0], r[1], r[2]) for r in batch.select("value", "partition", "offset").collect())
     if not events:
         return {"events": 0}
     pairs, restarts = batch_effect.touched(events)
-    table = spark.read.format("delta").load(path)
-    peers = sorted({p for p, _ in pairs})
-    cond = F.col("peer_id").isin(peers) if peers else F.lit(False)
-    if restarts:
-        cond = cond | F.col("bridge_id").isin(sorted(restarts))
     current = {}
-    for r in table.where(cond).collect():
-        row = batch_effect.Row(*r)
+    for row in table.touched_rows(sorted({p for p, _ in pairs}), sorted(restarts)):
         if (row.peer_id, row.bridge_id) in pairs or row.bridge_id in restarts:
             current[row.key] = row
     effect = batch_effect.effect(events, current)
     if effect.changes:
-        source = spark.createDataFrame(
-            [(*k, None, None, None, None, "delete") for k in effect.deleted]
-            + [(r.peer_id, r.bridge_id, r.pubsub_topic, r.content_topic, r.protocol, r.request_id,
-                r.subscribed_time, r.last_refresh, "put") for r in effect.written],
-            CHANGES_SCHEMA)
-        values: dict[str, str | Column] = {c: f"s.{c}" for c in SUBSCRIPTIONS_SCHEMA.fieldNames()}
-        (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), KEY_MATCH)
-         .whenMatchedDelete(condition="s.action = 'delete'")
-         .whenMatchedUpdate(condition="s.action = 'put'",
-                            set={c: v for c, v in values.items() if c not in KEY_COLUMNS})
-         .whenNotMatchedInsert(condition="s.action = 'put'", values=values)
-         .execute())
+        table.write(effect)
     return {"events": effect.events, "first_subscribe": effect.first_subscribe, "changes": effect.changes}
 
 
 def warm_up(spark: SparkSession, path: str) -> float:
     """Run the batch path once on a throw-away table at `path` (then deleted): a few events that
-    take every MERGE branch, then an expiry. A fresh JVM's first MERGE costs several times a
-    warm one (class loading, code generation, the JIT), paid here at start instead of in the
-    first subscriber's batch. Returns the seconds it took."""
+    take every MERGE branch, then an expiry. A fresh JVM's first batch (and Spark's first MERGE,
+    where Spark writes) costs several times a warm one (class loading, code generation, the JIT),
+    paid here at start instead of in the first subscriber's batch. Returns the seconds it took."""
     from core.records import subscription_event
     from schemas import pipeline_records_pb2 as pr
 
@@ -141,31 +97,17 @@ def warm_up(spark: SparkSession, path: str) -> float:
     ]
     ensure_table(spark, path, SUBSCRIPTIONS_SCHEMA, properties={"delta.appendOnly": "false"})
     try:
+        table = open_table(spark, path)
         offset = 0
         for values in batches:
             rows = [(v, 0, offset + i) for i, v in enumerate(values)]
             offset += len(values)
-            apply_batch(spark.createDataFrame(rows, "value binary, partition int, offset long"), path)
-        expire(spark, path, 1.0, now=3.5)
-        earliest_refresh(spark, path)
+            apply_batch(spark.createDataFrame(rows, "value binary, partition int, offset long"), table)
+        table.expire(3.5 - 1.0)
+        table.earliest_refresh()
     finally:
         delete_path(spark, path)
     return time.monotonic() - began
-
-
-def expire(spark: SparkSession, path: str, ttl_s: float, now: float | None = None) -> None:
-    """Delete criteria not refreshed within the TTL."""
-    from delta.tables import DeltaTable
-
-    cutoff = (time.time() if now is None else now) - ttl_s
-    DeltaTable.forPath(spark, path).delete(F.col("last_refresh") < F.lit(cutoff))
-
-
-def earliest_refresh(spark: SparkSession, path: str) -> float:
-    """The table's smallest `last_refresh` (+inf when empty): one aggregate query (~0.5 s of the
-    driver's CPU on a small table; Delta may answer MIN from the files' statistics)."""
-    first = spark.read.format("delta").load(path).agg(F.min("last_refresh")).collect()[0][0]
-    return math.inf if first is None else float(first)
 
 
 def expiry_due(earliest: float | None, cutoff: float) -> bool:
@@ -184,6 +126,7 @@ class SubscriptionsJob:
         self.query_name = query_name
         self.metrics = metrics
         self.path = ensure_subscriptions_table(spark, settings.warehouse)
+        self.table = open_table(spark, self.path)
         self.ttl_s = settings.ttl_s
         self.lock = threading.Lock()
         self.query: StreamingQuery | None = None
@@ -191,8 +134,8 @@ class SubscriptionsJob:
         self._expirer: threading.Thread | None = None
         # A lower bound of the table's smallest last_refresh (None: not known yet): rows only
         # come in with their SUBSCRIBE's time or later and refreshes only raise it, so while the
-        # bound is inside the TTL nothing can expire and the DELETE (a scan and a commit, ~2 s of
-        # a driver's CPU) is not run. Read and kept under `lock`.
+        # bound is inside the TTL nothing can expire and the DELETE (a scan and a commit) is not
+        # run. Read and kept under `lock`.
         self.earliest: float | None = None
         self.expiry_runs = {"skipped": 0, "checked": 0, "deleted": 0}
 
@@ -207,7 +150,7 @@ class SubscriptionsJob:
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         with self.lock:
             began = time.monotonic()
-            counts = apply_batch(batch, self.path)
+            counts = apply_batch(batch, self.table)
             first = counts.get("first_subscribe")
             if first is not None and self.earliest is not None:
                 self.earliest = min(self.earliest, first)
@@ -229,20 +172,20 @@ class SubscriptionsJob:
 
     def expire_now(self, now: float | None = None) -> None:
         """Delete the rows past TTL + grace, when the bound says there may be any: the bound is
-        checked first (no Spark work), then the table's statistics (one small query), and only
-        then the DELETE."""
+        checked first (no read), then the table's smallest last_refresh (one small read), and
+        only then the DELETE."""
         ttl = self.ttl_s + self.expiry_grace_s
         now = time.time() if now is None else now
         with self.lock:
             if not expiry_due(self.earliest, now - ttl):
                 self.expiry_runs["skipped"] += 1
                 return
-            self.earliest = earliest_refresh(self.spark, self.path)
+            self.earliest = self.table.earliest_refresh()
             if not expiry_due(self.earliest, now - ttl):
                 self.expiry_runs["checked"] += 1
                 return
-            expire(self.spark, self.path, ttl, now)
-            self.earliest = earliest_refresh(self.spark, self.path)
+            self.table.expire(now - ttl)
+            self.earliest = self.table.earliest_refresh()
             self.expiry_runs["deleted"] += 1
 
     def _expire_loop(self) -> None:

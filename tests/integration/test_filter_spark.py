@@ -29,12 +29,22 @@ def table(spark, path: str) -> dict:
             for r in spark.read.format("delta").load(path).collect()}
 
 
-def test_subscriptions_merge_in_peer_order_idempotent_and_expiring(spark, tmp_path):
+def writer(spark, path: str, name: str):
+    """The subscriptions table through the writer `name`: delta-rs (a local warehouse's) or Spark
+    (an object store's), so both are held to the same rules here."""
+    from pipeline.filter import subscriptions_table as st
+
+    return st.RustSubscriptions(path, path) if name == "delta-rs" else st.SparkSubscriptions(spark, path)
+
+
+@pytest.mark.parametrize("name", ["delta-rs", "spark"])
+def test_subscriptions_merge_in_peer_order_idempotent_and_expiring(spark, tmp_path, name):
     from core.settings import WarehouseSettings
-    from pipeline.filter.subscriptions import apply_batch, ensure_subscriptions_table, expire
+    from pipeline.filter.subscriptions import apply_batch, ensure_subscriptions_table
 
     cfg = load_config([f"warehouse.root={tmp_path}"], environ={})
     path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(cfg))
+    subs = writer(spark, path, name)
     S, U, ALL, EXP, REF = pr.SUBSCRIBE, pr.UNSUBSCRIBE, pr.UNSUBSCRIBE_ALL, pr.EXPIRE, pr.REFRESH
     batch1 = kafka_rows(spark, [
         ev("p1", S, ["a", "b", "c"], 100), ev("p1", U, ["b"], 101), ev("p1", S, ["b"], 102, rid="r2"),
@@ -43,11 +53,11 @@ def test_subscriptions_merge_in_peer_order_idempotent_and_expiring(spark, tmp_pa
         ev("p4", S, ["a"], 100), ev("p4", REF, t=150),
         b"\xff\xffnot an event",
     ])
-    apply_batch(batch1, path)
+    apply_batch(batch1, subs)
     want = {("p1", "a"): ("B1", 100.0, "r"), ("p1", "b"): ("B1", 102.0, "r2"), ("p1", "c"): ("B1", 100.0, "r"),
             ("p2", "z"): ("B1", 103.0, "r"), ("p4", "a"): ("B1", 150.0, "r")}
     assert table(spark, path) == want
-    apply_batch(batch1, path)                       # a replayed batch changes nothing
+    apply_batch(batch1, subs)                       # a replayed batch changes nothing
     assert table(spark, path) == want
 
     batch2 = kafka_rows(spark, [
@@ -55,13 +65,15 @@ def test_subscriptions_merge_in_peer_order_idempotent_and_expiring(spark, tmp_pa
         ev("p2", EXP, t=200),
         ev("p4", S, ["a"], 120),                    # an older refresh time never lowers last_refresh
     ], first_offset=100)
-    apply_batch(batch2, path)
+    apply_batch(batch2, subs)
     got = table(spark, path)
     assert got == {("p1", "a"): ("B1", 200.0, "r"), ("p1", "b"): ("B1", 200.0, "r2"), ("p1", "c"): ("B1", 200.0, "r"),
                    ("p1", "d"): ("B2", 201.0, "r"), ("p4", "a"): ("B1", 150.0, "r")}
 
-    expire(spark, path, ttl_s=300.0, now=460.0)     # cutoff 160: p4 goes
+    assert subs.earliest_refresh() == 150.0
+    subs.expire(160.0)                              # p4 goes
     assert set(table(spark, path)) == {("p1", "a"), ("p1", "b"), ("p1", "c"), ("p1", "d")}
+    assert subs.earliest_refresh() == 200.0
 
 
 def test_push_encoder_copies_the_message_bytes(spark):
@@ -93,15 +105,17 @@ def test_a_peer_that_moves_bridges_keeps_its_new_subscriptions(spark, tmp_path):
     at bridge B removes A's rows only."""
     from core.settings import WarehouseSettings
     from pipeline.filter.subscriptions import apply_batch, ensure_subscriptions_table
+    from pipeline.filter.subscriptions_table import open_table
 
     path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(
         load_config([f"warehouse.root={tmp_path}"], environ={})))
-    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a"], 100, bridge="A")]), path)
-    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a", "b"], 110, bridge="B")]), path)
+    subs = open_table(spark, path)
+    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a"], 100, bridge="A")]), subs)
+    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a", "b"], 110, bridge="B")]), subs)
     rows = spark.read.format("delta").load(path).collect()
     assert sorted((r.bridge_id, r.content_topic) for r in rows) == [("A", "a"), ("B", "a"), ("B", "b")]
     # A's sweep, a minute later
-    apply_batch(kafka_rows(spark, [ev("p", pr.EXPIRE, t=170, bridge="A")]), path)
+    apply_batch(kafka_rows(spark, [ev("p", pr.EXPIRE, t=170, bridge="A")]), subs)
     rows = spark.read.format("delta").load(path).collect()
     assert sorted((r.bridge_id, r.content_topic) for r in rows) == [("B", "a"), ("B", "b")]
 
@@ -133,7 +147,8 @@ def test_jobs_starting_together_create_their_tables_once(spark, tmp_path):
         assert spark.read.format("delta").load(path).count() == 0
 
 
-def test_a_restarted_bridge_drops_what_its_earlier_run_left(spark, tmp_path):
+@pytest.mark.parametrize("name", ["delta-rs", "spark"])
+def test_a_restarted_bridge_drops_what_its_earlier_run_left(spark, tmp_path, name):
     """A bridge restarts with no subscriptions (kill -9 included) and says so first
     (BRIDGE_RESTART): its rows refreshed before the restart go, those of other bridges and those
     its new run answered stay, whichever batch they land in."""
@@ -143,11 +158,12 @@ def test_a_restarted_bridge_drops_what_its_earlier_run_left(spark, tmp_path):
 
     path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(
         load_config([f"warehouse.root={tmp_path}"], environ={})))
+    subs = writer(spark, path, name)
     apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a", "gone"], 100, bridge="A"),
                                    ev("q", pr.SUBSCRIBE, ["a"], 100, bridge="B"),
-                                   ev("p", pr.REFRESH, t=150, bridge="A")]), path)
+                                   ev("p", pr.REFRESH, t=150, bridge="A")]), subs)
     # the restart (t=200) and the new run's subscribe (t=201) in one batch, other partitions
-    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a"], 201, bridge="A")], partition=1), path)
+    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a"], 201, bridge="A")], partition=1), subs)
     apply_batch(kafka_rows(spark, [ev(RESTART_PEER, pr.BRIDGE_RESTART, t=200, bridge="A"),
-                                   ev("r", pr.BRIDGE_RESTART, t=300, bridge="A")], partition=0, first_offset=3), path)
+                                   ev("r", pr.BRIDGE_RESTART, t=300, bridge="A")], partition=0, first_offset=3), subs)
     assert {k: v[0] for k, v in table(spark, path).items()} == {("p", "a"): "A", ("q", "a"): "B"}
