@@ -101,8 +101,9 @@ class RustSubscriptions:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        # Read whole, then filtered: a filter inside the scan meets delta-rs's file statistics
-        # typed as string views beside string columns, which Arrow cannot compare (deltalake 1.6).
+        # Read whole, then filtered: a filter inside the scan fails once delta-rs's MERGE has
+        # written a file (its statistics typed as string views against string columns: Arrow
+        # cannot compare them; deltalake 1.6.6).
         rows = self._latest().to_pyarrow_dataset().to_table(columns=list(COLUMNS))
         keep = pc.or_(pc.is_in(rows["peer_id"], value_set=pa.array(peers, rows.schema.field("peer_id").type)),
                       pc.is_in(rows["bridge_id"], value_set=pa.array(bridges, rows.schema.field("bridge_id").type)))
