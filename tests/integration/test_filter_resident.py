@@ -115,10 +115,13 @@ def test_index_rules_agree_with_the_subscriptions_job(spark, table, seed):
     from pipeline.filter.subscriptions import apply_batch
 
     print(f"seed {seed}")
+    from pipeline.filter.subscriptions_table import open_table
+
     _, path = table
+    subs = open_table(spark, path)
     events = generate(seed, 300, time.time() - 1000)
     for batch in batches_of(events, [40, 1, 120, 139], spark):
-        apply_batch(batch, path)
+        apply_batch(batch, subs)
     index = offline_index(spark)
     for value, _ in events:
         index.applyEvent(bytearray(value))
@@ -133,18 +136,20 @@ def test_snapshot_then_replay_of_events_it_holds(spark, table, tmp_path):
     from pipeline.filter.criteria import write_snapshot
     from pipeline.filter.settings import FilterJobSettings
     from pipeline.filter.subscriptions import apply_batch
+    from pipeline.filter.subscriptions_table import open_table
 
     print(f"seed {SEED + 2}")
     cfg, path = table
+    subs = open_table(spark, path)
     events = generate(SEED + 2, 300, time.time() - 1000)
     parts = list(batches_of(events, [100, 100, 100], spark))
-    apply_batch(parts[0], path)
-    apply_batch(parts[1], path)
+    apply_batch(parts[0], subs)
+    apply_batch(parts[1], subs)
     settings = FilterJobSettings.from_config(cfg)
     snap = str(tmp_path / "snapshot")
     write_snapshot(spark, settings, snap)
     assert index_rows(offline_index(spark, snap)) == delta_rows(spark, path)
-    apply_batch(parts[2], path)
+    apply_batch(parts[2], subs)
     want = delta_rows(spark, path)
     for replay_from in (100, 150):  # the committed offsets, or behind them
         index = offline_index(spark, snap)
