@@ -28,7 +28,7 @@ from pipeline.filter.batch_effect import Effect, Row
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable as RsTable
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import SparkSession
 
 SUBSCRIPTIONS_SCHEMA = T.StructType([
     T.StructField("peer_id", T.StringType(), False),
@@ -48,6 +48,11 @@ KEY_MATCH = " AND ".join(f"t.{c} = s.{c}" for c in KEY_COLUMNS)
 CHANGES_SCHEMA = T.StructType(
     [T.StructField(f.name, f.dataType, f.name not in KEY_COLUMNS) for f in SUBSCRIPTIONS_SCHEMA.fields]
     + [T.StructField("action", T.StringType(), False)])
+# The MERGE's clauses, the same for both writers: a "put" inserts every column, or updates the
+# non-key ones of a matched row; a "delete" deletes a matched row.
+INSERT_VALUES = {c: f"s.{c}" for c in COLUMNS}
+UPDATE_VALUES = {c: v for c, v in INSERT_VALUES.items() if c not in KEY_COLUMNS}
+PUT, DELETE = "s.action = 'put'", "s.action = 'delete'"
 
 
 def _changes(effect: Effect) -> list[tuple[object, ...]]:
@@ -58,8 +63,6 @@ def _changes(effect: Effect) -> list[tuple[object, ...]]:
 
 
 class SubscriptionsTable(Protocol):
-    path: str
-
     def touched_rows(self, peers: Sequence[str], bridges: Sequence[str]) -> Iterable[Row]:
         """The rows of these peers (at any bridge) and of these bridges (any peer)."""
 
@@ -77,15 +80,14 @@ def open_table(spark: SparkSession, path: str) -> SubscriptionsTable:
     """delta-rs's writer for a table on the local file system, Spark's for an object store (the
     table must exist: `ensure_subscriptions_table`)."""
     local = local_path(path)
-    return SparkSubscriptions(spark, path) if local is None else RustSubscriptions(path, local)
+    return SparkSubscriptions(spark, path) if local is None else RustSubscriptions(local)
 
 
 class RustSubscriptions:
     """The table through delta-rs: one `DeltaTable` opened once, brought to the latest version
     before each operation (cheap: it reads only the commits since)."""
 
-    def __init__(self, path: str, local: str) -> None:
-        self.path = path
+    def __init__(self, local: str) -> None:
         self._local = local
         self._table: RsTable | None = None
 
@@ -112,17 +114,15 @@ class RustSubscriptions:
 
     def write(self, effect: Effect) -> None:
         import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
 
-        arrow = {"string": pa.string(), "double": pa.float64()}
-        schema = pa.schema([pa.field(f.name, arrow[f.dataType.typeName()], f.nullable) for f in CHANGES_SCHEMA.fields])
+        schema = to_arrow_schema(CHANGES_SCHEMA)
         rows = [dict(zip(schema.names, r, strict=True)) for r in _changes(effect)]
         source = pa.Table.from_pylist(rows, schema=schema)
-        values = {c: f"s.{c}" for c in COLUMNS}
         (self._latest().merge(source, KEY_MATCH, source_alias="s", target_alias="t", streamed_exec=False)
-         .when_matched_delete(predicate="s.action = 'delete'")
-         .when_matched_update({c: v for c, v in values.items() if c not in KEY_COLUMNS},
-                              predicate="s.action = 'put'")
-         .when_not_matched_insert(values, predicate="s.action = 'put'")
+         .when_matched_delete(predicate=DELETE)
+         .when_matched_update(UPDATE_VALUES, predicate=PUT)
+         .when_not_matched_insert(INSERT_VALUES, predicate=PUT)
          .execute())
 
     def expire(self, cutoff: float) -> None:
@@ -155,12 +155,11 @@ class SparkSubscriptions:
         # The MERGE source is a local relation made here: deterministic, nothing to materialize.
         self.spark.conf.set("spark.databricks.delta.merge.materializeSource", "none")
         source = self.spark.createDataFrame(_changes(effect), CHANGES_SCHEMA)
-        values: dict[str, str | Column] = {c: f"s.{c}" for c in COLUMNS}
         (DeltaTable.forPath(self.spark, self.path).alias("t").merge(source.alias("s"), KEY_MATCH)
-         .whenMatchedDelete(condition="s.action = 'delete'")
-         .whenMatchedUpdate(condition="s.action = 'put'",
-                            set={c: v for c, v in values.items() if c not in KEY_COLUMNS})
-         .whenNotMatchedInsert(condition="s.action = 'put'", values=values)
+         .whenMatchedDelete(condition=DELETE)
+         # copies typed as Delta's API takes them (dict[str, str | Column])
+         .whenMatchedUpdate(condition=PUT, set=dict(UPDATE_VALUES))
+         .whenNotMatchedInsert(condition=PUT, values=dict(INSERT_VALUES))
          .execute())
 
     def expire(self, cutoff: float) -> None:

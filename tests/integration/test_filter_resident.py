@@ -113,10 +113,9 @@ def table(spark, tmp_path):
 @pytest.mark.parametrize("seed", [SEED, SEED + 1])
 def test_index_rules_agree_with_the_subscriptions_job(spark, table, seed):
     from pipeline.filter.subscriptions import apply_batch
-
-    print(f"seed {seed}")
     from pipeline.filter.subscriptions_table import open_table
 
+    print(f"seed {seed}")
     _, path = table
     subs = open_table(spark, path)
     events = generate(seed, 300, time.time() - 1000)

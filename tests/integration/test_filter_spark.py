@@ -34,7 +34,7 @@ def writer(spark, path: str, name: str):
     (an object store's), so both are held to the same rules here."""
     from pipeline.filter import subscriptions_table as st
 
-    return st.RustSubscriptions(path, path) if name == "delta-rs" else st.SparkSubscriptions(spark, path)
+    return st.RustSubscriptions(path) if name == "delta-rs" else st.SparkSubscriptions(spark, path)
 
 
 @pytest.mark.parametrize("name", ["delta-rs", "spark"])
