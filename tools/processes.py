@@ -10,6 +10,7 @@ benchmarks and the tests).
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -35,8 +36,29 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+# Ports handed out below Linux's ephemeral range (ip_local_port_range, 32768-60999 by default):
+# the kernel also gives ephemeral ports to outgoing connections as their source port, so one
+# picked there could be taken by a client's connection before its server binds it (a cluster
+# node's bind failed so: "Address already in use", 2026-11-30).
+PORT_RANGE = (20000, 32767)
+_given: set[int] = set()
+_pick = random.SystemRandom()  # not the seeded global generator of a test or benchmark
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` now (the OS's pick)."""
+    """A TCP port free on `host` now, below the ephemeral range and not handed out before by this
+    process (the OS's pick if none is found)."""
+    for _ in range(200):
+        port = _pick.randint(*PORT_RANGE)
+        if port in _given:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _given.add(port)
+        return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
