@@ -12,7 +12,7 @@ from pipeline.spark.session import release_java_objects
 from pipeline.store.recent import RecentHashes
 from pipeline.store.settings import StoreJobSettings
 from pipeline.store.tables import UNTIMED_INDEX, ensure_store_tables
-from pipeline.store.writer import QuarantineMarks, check_records, figures, write_checked_batch
+from pipeline.store.writer import QuarantineMarks, check_records, figures, messages_appender, write_checked_batch
 
 
 def start_store_query(spark: SparkSession, settings: StoreJobSettings, available_now: bool = False,
@@ -39,12 +39,13 @@ def start_store_query(spark: SparkSession, settings: StoreJobSettings, available
 
     marks = QuarantineMarks(settings.warehouse.table_path("quarantine"), settings.topic)
     recent = RecentHashes(settings.recent_hashes_max, settings.recent_keep_s)
+    appender = messages_appender(spark, settings)
     # The tables' Delta log checkpoints, beside the batches (Spark's are off on these tables).
     checkpoints = LogCheckpointer([settings.warehouse.table_path(t) for t in ("messages", "quarantine", UNTIMED_INDEX)],
                                   settings.log_checkpoint_interval, spark)
 
     def process(batch, batch_id: int) -> None:
-        stats = write_checked_batch(batch, batch_id, settings, marks, recent)
+        stats = write_checked_batch(batch, batch_id, settings, marks, recent, appender)
         with stats.phase("release_java"):
             release_java_objects()
         checkpoints.poke()

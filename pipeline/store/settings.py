@@ -32,6 +32,9 @@ class StoreJobSettings:
     # at most max_trigger_delay_s after the last batch (0: a batch at every trigger with records).
     min_offsets_per_trigger: int = 2000
     max_trigger_delay_s: float = 30.0
+    # A batch storing at most this many rows on a local warehouse is appended by delta-rs
+    # (pipeline/store/messages_append.py); 0: always Spark's Delta.
+    delta_rs_append_max_rows: int = 20_000
 
     @property
     def recent_keep_s(self) -> float:
@@ -47,13 +50,15 @@ class StoreJobSettings:
         for key in ("trigger_seconds", "rows_per_file", "log_checkpoint_interval", "max_trigger_delay_s"):
             if s[key] <= 0:
                 raise ConfigError(f"store.{key}: expected a positive value, got {s[key]}")
-        if s["min_offsets_per_trigger"] < 0:
-            raise ConfigError(f"store.min_offsets_per_trigger: expected 0 or more, got {s['min_offsets_per_trigger']}")
+        for key in ("min_offsets_per_trigger", "delta_rs_append_max_rows"):
+            if s[key] < 0:
+                raise ConfigError(f"store.{key}: expected 0 or more, got {s[key]}")
         return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
                    config.get("topics.messages"), Limits.from_config(config), s["trigger_seconds"],
                    s["max_offsets_per_trigger"], s["starting_offsets"], s["dedup_window_s"], s["rows_per_file"],
                    JobMetricsSettings.from_config(config, "store"), max(0, s["recent_hashes_max"]),
-                   s["log_checkpoint_interval"], int(s["min_offsets_per_trigger"]), float(s["max_trigger_delay_s"]))
+                   s["log_checkpoint_interval"], int(s["min_offsets_per_trigger"]), float(s["max_trigger_delay_s"]),
+                   int(s["delta_rs_append_max_rows"]))
 
 
 @dataclass(frozen=True)

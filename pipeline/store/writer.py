@@ -54,6 +54,7 @@ from pyspark.sql import types as T
 from pipeline.spark.metrics import BatchFigures
 from pipeline.spark.records import decode_ingest_records
 from pipeline.spark.session import register_java_function
+from pipeline.store.messages_append import MessagesAppender
 from pipeline.store.recent import BUCKET_S, HASH_DTYPE, BatchDecision, RecentHashes, decide
 from pipeline.store.settings import StoreJobSettings
 from pipeline.store.tables import MESSAGES_SCHEMA, QUARANTINE_SCHEMA, UNTIMED_INDEX, UNTIMED_SCHEMA
@@ -73,6 +74,7 @@ class BatchStats:
     ephemeral_rows: int = 0
     quarantined_rows: int = 0
     stored_rows: int = 0
+    messages_writer: str = ""  # who appended the batch's rows to `messages`: "delta-rs" or "spark"
     rule_failures: dict[str, int] | None = None
     phase_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -271,22 +273,33 @@ def check_records(kafka_rows: DataFrame, limits: Limits) -> DataFrame:
 
 def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
                 quarantine_marks: QuarantineMarks | None = None,
-                recent: RecentHashes | None = None) -> BatchStats:
+                recent: RecentHashes | None = None, appender: MessagesAppender | None = None) -> BatchStats:
     """Process one micro-batch of waku.messages Kafka rows; returns what happened to its rows."""
     return write_checked_batch(check_records(batch, settings.limits), batch_id, settings,
-                               quarantine_marks, recent)
+                               quarantine_marks, recent, appender)
+
+
+def messages_appender(spark, settings: StoreJobSettings) -> MessagesAppender:
+    """The append to `messages` the settings ask for (pipeline/store/messages_append.py), its
+    Parquet dictionaries as Spark's writer has them (conf/spark-defaults.conf)."""
+    plain = [c for c in STORED_COLUMNS
+             if spark.conf.get(f"spark.hadoop.parquet.enable.dictionary#{c}", "true") == "false"]
+    return MessagesAppender(settings.warehouse.table_path("messages"), settings.delta_rs_append_max_rows, plain)
 
 
 def write_checked_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
                         quarantine_marks: QuarantineMarks | None = None,
-                        recent: RecentHashes | None = None) -> BatchStats:
+                        recent: RecentHashes | None = None, appender: MessagesAppender | None = None) -> BatchStats:
     """Process one micro-batch of checked rows (`check_records`); returns what happened to them.
     `quarantine_marks` (kept by the query across its batches) lets batches of new offsets skip
     the quarantine anti-join; without it every batch runs it. `recent` (kept likewise) lets
-    batches of recent receive times skip reading `messages`; without it every batch reads it."""
+    batches of recent receive times skip reading `messages`; without it every batch reads it.
+    `appender` (kept likewise) writes the new rows; without it, one made for this batch."""
     spark = batch.sparkSession
     began = time.monotonic()
     tables = settings.warehouse
+    if appender is None:
+        appender = messages_appender(spark, settings)
     stats = BatchStats(rule_failures={})
     with stats.phase("plan"):
         checked = batch.persist()
@@ -360,7 +373,7 @@ def write_checked_batch(batch: DataFrame, batch_id: int, settings: StoreJobSetti
                     new = new.repartitionByRange(files, "received_time") if files > 1 else new.coalesce(1)
                     new = new.sortWithinPartitions("received_time", "digest").select(*STORED_COLUMNS)
                     with stats.phase("write_messages"):
-                        new.write.format("delta").mode("append").save(tables.table_path("messages"))
+                        stats.messages_writer = appender.append(new, stats.stored_rows)
                 if recent is not None and recent.loaded:
                     recent.add((h, v[0]) for h, v in winners.items())
                     recent.advance(decision.max_received)
@@ -389,8 +402,9 @@ def write_checked_batch(batch: DataFrame, batch_id: int, settings: StoreJobSetti
         if stats.quarantined_rows:
             log.warning("batch %d: quarantined %d records: %s", batch_id, stats.quarantined_rows,
                         stats.rule_failures)
-        log.info("batch %d: %d in, %d stored, %d duplicates, %d ephemeral, %d quarantined (%.2fs: %s)",
-                 batch_id, stats.input_rows, stats.stored_rows, stats.duplicate_rows,
+        log.info("batch %d: %d in, %d stored%s, %d duplicates, %d ephemeral, %d quarantined (%.2fs: %s)",
+                 batch_id, stats.input_rows, stats.stored_rows,
+                 f" by {stats.messages_writer}" if stats.messages_writer else "", stats.duplicate_rows,
                  stats.ephemeral_rows, stats.quarantined_rows, time.monotonic() - began,
                  stats.phase_seconds)
         return stats

@@ -1,0 +1,134 @@
+"""The store job's append to `messages` by delta-rs (small batches on a local warehouse) keeps the
+table's contract as Spark's append does: the same rows, `received_date` partitions, each file
+sorted by (received_time, digest), statistics on the stats columns only, no Parquet dictionary
+for the all-distinct columns. And a delta-rs failure, before or after its commit, neither loses
+a row nor stores one twice (pipeline/store/messages_append.py)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import random
+import time
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from kafka import KafkaProducer
+
+from core.config import load_config
+from core.kafka import ensure_topics
+from core.message import hash_of
+from core.tables import MESSAGES_STATS_COLUMNS
+from pipeline.store.job import start_store_query
+from pipeline.store.settings import StoreJobSettings
+from schemas import pipeline_records_pb2 as pr
+from schemas.waku_message_pb2 import WakuMessage
+from tests.integration.test_store_job import parquet_encodings
+
+pytestmark = pytest.mark.integration
+
+PT = "/waku/2/rs/1/0"
+
+
+def records(seed: int, count: int) -> list[pr.IngestRecord]:
+    """`count` records received across a UTC midnight (two `received_date` partitions), several
+    with the same receive time (the digest orders them)."""
+    rng = random.Random(seed)
+    midnight = time.time() // 86400 * 86400
+    out = []
+    for i in range(count):
+        received = midnight + rng.choice([-2.5, -1.0, 0.5, 3.0]) + rng.randrange(4) * 0.25
+        message = WakuMessage(payload=rng.randbytes(64), content_topic=f"/append/1/t{i % 3}/proto",
+                              timestamp=int(received * 1e9), meta=rng.randbytes(8))
+        out.append(pr.IngestRecord(pubsub_topic=PT, received_time=received, message=message, bridge_id="A"))
+    return out
+
+
+def store(spark, kafka, tmp_path, name: str, recs: list[pr.IngestRecord], *overrides: str) -> str:
+    """Run the store job once over `recs` in a topic of its own; returns the messages table."""
+    topic = f"waku.messages.{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka, {topic: 2})
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    for rec in recs:
+        producer.send(topic, key=hash_of(rec.pubsub_topic, rec.message), value=rec.SerializeToString())
+    producer.flush()
+    producer.close()
+    cfg = load_config([f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}",
+                       f"warehouse.root={tmp_path / name}", f"warehouse.checkpoints={tmp_path / name / 'cp'}",
+                       *overrides], environ={})
+    query = start_store_query(spark, StoreJobSettings.from_config(cfg), available_now=True)
+    query.awaitTermination(600)
+    assert query.exception() is None, query.exception()
+    return cfg.table_path("messages")
+
+
+def engines(table: str) -> list[str]:
+    """The engineInfo of each data commit (after the table's creation), in version order."""
+    out = []
+    for f in sorted(glob.glob(f"{table}/_delta_log/*.json"))[1:]:
+        with open(f) as fh:
+            for line in fh:
+                if line.startswith('{"commitInfo"'):
+                    out.append(json.loads(line)["commitInfo"].get("engineInfo", ""))
+    return out
+
+
+def rows_of(spark, table: str) -> list[tuple]:
+    """The rows, but for the Kafka topic and append time (each run has a topic of its own)."""
+    df = spark.read.format("delta").load(table)
+    assert df.where("kafka_timestamp IS NULL OR kafka_timestamp < current_timestamp() - INTERVAL 1 HOUR").count() == 0
+    return sorted(tuple(r) for r in df.select(*sorted(set(df.columns) - {"kafka_topic", "kafka_timestamp"})).collect())
+
+
+def test_a_delta_rs_append_keeps_the_messages_contract(spark, kafka, tmp_path):
+    seed = 4511
+    print("seed", seed)
+    recs = records(seed, 400)
+    by_rust = store(spark, kafka, tmp_path, "rust", recs)
+    by_spark = store(spark, kafka, tmp_path, "spark", recs, "store.delta_rs_append_max_rows=0")
+    assert [e.split(":")[0] for e in engines(by_rust)] == ["delta-rs"]
+    assert all(e.startswith("Apache-Spark") for e in engines(by_spark)), engines(by_spark)
+
+    stored = rows_of(spark, by_rust)
+    assert len(stored) == 400 and stored == rows_of(spark, by_spark)
+
+    files = glob.glob(f"{by_rust}/received_date=*/*.parquet")
+    assert len(files) == 2  # one per received_date
+    for f in files:
+        day = os.path.basename(os.path.dirname(f)).split("=")[1]
+        t = pq.read_table(f)
+        keys = list(zip(t["received_time"].to_pylist(), t["digest"].to_pylist(), strict=True))
+        assert keys == sorted(keys)
+        assert {time.strftime("%Y-%m-%d", time.gmtime(rt)) for rt, _ in keys} == {day}
+    plain = parquet_encodings(by_rust)
+    for column in ("digest", "message_hash", "payload", "meta", "received_time", "timestamp", "kafka_offset"):
+        assert not any("DICTIONARY" in e for e in plain[column]), (column, plain[column])
+
+    from deltalake import DeltaTable
+
+    for add in pa.table(DeltaTable(by_rust).get_add_actions(flatten=True)).to_pylist():
+        assert add["num_records"] > 0
+        with_stats = {k.split(".", 1)[1] for k in add if k.startswith("min.") and add[k] is not None}
+        assert with_stats == set(MESSAGES_STATS_COLUMNS.split(",")), with_stats
+
+
+@pytest.mark.parametrize("when", ["before_commit", "after_commit"])
+def test_a_failed_delta_rs_append_neither_loses_nor_repeats_a_row(spark, kafka, tmp_path, monkeypatch, when):
+    import deltalake
+
+    real = deltalake.write_deltalake
+
+    def failing(*args, **kwargs):
+        if when == "after_commit":
+            real(*args, **kwargs)
+        raise OSError(f"injected failure {when}")
+
+    monkeypatch.setattr(deltalake, "write_deltalake", failing)
+    recs = records(7, 50)
+    table = store(spark, kafka, tmp_path, when, recs)
+    writers = [e.split(":")[0].split("/")[0] for e in engines(table)]
+    assert writers == (["Apache-Spark"] if when == "before_commit" else ["delta-rs"]), writers
+    stored = spark.read.format("delta").load(table).select("message_hash").collect()
+    assert sorted(bytes(r.message_hash) for r in stored) == sorted(hash_of(PT, r.message) for r in recs)
