@@ -132,3 +132,40 @@ def test_a_failed_delta_rs_append_neither_loses_nor_repeats_a_row(spark, kafka, 
     assert writers == (["Apache-Spark"] if when == "before_commit" else ["delta-rs"]), writers
     stored = spark.read.format("delta").load(table).select("message_hash").collect()
     assert sorted(bytes(r.message_hash) for r in stored) == sorted(hash_of(PT, r.message) for r in recs)
+
+
+def test_delta_rs_appends_and_spark_s_maintain_commit_beside_each_other(spark, kafka, tmp_path):
+    """On a local warehouse the store job's delta-rs appends and maintain's Spark commits
+    (retention's DELETE, compaction's OPTIMIZE) go to one table side by side: every valid message
+    is stored once (the same case on S3, Spark's appends: test_jobs_on_s3.py)."""
+    from jobs import maintain
+    from pipeline.store.job import start_store_query as start
+    from tests.conftest import BATCH_AT_EVERY_TRIGGER
+    from tests.integration.test_store_job import assert_store_matches, job_config, new_topic, run_available_now
+    from tools.loadgen import LoadGenerator, LoadProfile, produce
+
+    seed = 4512
+    print("seed", seed)
+    topic = new_topic(kafka)
+    gen = LoadGenerator(LoadProfile(content_topics=30, duplicate_share=0.1, invalid_share=0.05, seed=seed))
+    overrides = dict(item.split("=", 1) for item in BATCH_AT_EVERY_TRIGGER)
+    cfg = job_config(kafka, topic, tmp_path, **overrides, **{"store.max_offsets_per_trigger": 200})
+    messages = cfg.table_path("messages")
+    produce(kafka, topic, gen.batch(600))
+    query = start(spark, StoreJobSettings.from_config(cfg))
+    try:
+        wait_until = time.monotonic() + 300
+        while len(engines(messages)) < 2:
+            assert query.exception() is None and time.monotonic() < wait_until, query.exception()
+            time.sleep(0.5)
+        produce(kafka, topic, gen.batch(600))
+        args = [a for s in (f"warehouse.root={tmp_path / 'wh'}", f"warehouse.checkpoints={tmp_path / 'cp'}",
+                            f"kafka.bootstrap_servers={kafka}") for a in ("--set", s)]
+        assert maintain.main([*args, "--skip", "vacuum", "--skip", "audit"]) == 0
+    finally:
+        query.stop()
+    run_available_now(spark, cfg)
+    assert_store_matches(spark, cfg, gen)
+    ops = [r.operation for r in spark.sql(f"DESCRIBE HISTORY delta.`{messages}`").collect()]
+    assert "OPTIMIZE" in ops, ops
+    assert sum(e.startswith("delta-rs") for e in engines(messages)) >= 2, engines(messages)
