@@ -10,22 +10,20 @@ import json
 import os
 import random
 import time
-import uuid
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from kafka import KafkaProducer
 
 from core.config import load_config
-from core.kafka import ensure_topics
 from core.message import hash_of
 from core.tables import MESSAGES_STATS_COLUMNS
 from pipeline.store.job import start_store_query
 from pipeline.store.settings import StoreJobSettings
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
-from tests.integration.test_store_job import parquet_encodings
+from tests.integration.test_store_dedup import produce
+from tests.integration.test_store_job import new_topic, parquet_encodings
 
 pytestmark = pytest.mark.integration
 
@@ -48,13 +46,8 @@ def records(seed: int, count: int) -> list[pr.IngestRecord]:
 
 def store(spark, kafka, tmp_path, name: str, recs: list[pr.IngestRecord], *overrides: str) -> str:
     """Run the store job once over `recs` in a topic of its own; returns the messages table."""
-    topic = f"waku.messages.{uuid.uuid4().hex[:8]}"
-    ensure_topics(kafka, {topic: 2})
-    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
-    for rec in recs:
-        producer.send(topic, key=hash_of(rec.pubsub_topic, rec.message), value=rec.SerializeToString())
-    producer.flush()
-    producer.close()
+    topic = new_topic(kafka, 2)
+    produce(kafka, topic, recs)
     cfg = load_config([f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}",
                        f"warehouse.root={tmp_path / name}", f"warehouse.checkpoints={tmp_path / name / 'cp'}",
                        *overrides], environ={})
@@ -141,8 +134,9 @@ def test_delta_rs_appends_and_spark_s_maintain_commit_beside_each_other(spark, k
     from jobs import maintain
     from pipeline.store.job import start_store_query as start
     from tests.conftest import BATCH_AT_EVERY_TRIGGER
-    from tests.integration.test_store_job import assert_store_matches, job_config, new_topic, run_available_now
-    from tools.loadgen import LoadGenerator, LoadProfile, produce
+    from tests.integration.test_store_job import assert_store_matches, job_config, run_available_now
+    from tools.loadgen import LoadGenerator, LoadProfile
+    from tools.loadgen import produce as produce_load
 
     seed = 4512
     print("seed", seed)
@@ -151,14 +145,14 @@ def test_delta_rs_appends_and_spark_s_maintain_commit_beside_each_other(spark, k
     overrides = dict(item.split("=", 1) for item in BATCH_AT_EVERY_TRIGGER)
     cfg = job_config(kafka, topic, tmp_path, **overrides, **{"store.max_offsets_per_trigger": 200})
     messages = cfg.table_path("messages")
-    produce(kafka, topic, gen.batch(600))
+    produce_load(kafka, topic, gen.batch(600))
     query = start(spark, StoreJobSettings.from_config(cfg))
     try:
         wait_until = time.monotonic() + 300
         while len(engines(messages)) < 2:
             assert query.exception() is None and time.monotonic() < wait_until, query.exception()
             time.sleep(0.5)
-        produce(kafka, topic, gen.batch(600))
+        produce_load(kafka, topic, gen.batch(600))
         args = [a for s in (f"warehouse.root={tmp_path / 'wh'}", f"warehouse.checkpoints={tmp_path / 'cp'}",
                             f"kafka.bootstrap_servers={kafka}") for a in ("--set", s)]
         assert maintain.main([*args, "--skip", "vacuum", "--skip", "audit"]) == 0
