@@ -281,10 +281,12 @@ def write_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
 
 def messages_appender(spark, settings: StoreJobSettings) -> MessagesAppender:
     """The append to `messages` the settings ask for (pipeline/store/messages_append.py), its
-    Parquet dictionaries as Spark's writer has them (conf/spark-defaults.conf)."""
+    Parquet dictionaries as Spark's writer has them (conf/spark-defaults.conf). delta-rs writes
+    one file per day, so it takes no batch above `rows_per_file` (Spark's range-partitioned files)."""
     plain = [c for c in STORED_COLUMNS
              if spark.conf.get(f"spark.hadoop.parquet.enable.dictionary#{c}", "true") == "false"]
-    return MessagesAppender(settings.warehouse.table_path("messages"), settings.delta_rs_append_max_rows, plain)
+    return MessagesAppender(settings.warehouse.table_path("messages"),
+                            min(settings.delta_rs_append_max_rows, settings.rows_per_file), plain)
 
 
 def write_checked_batch(batch: DataFrame, batch_id: int, settings: StoreJobSettings,
