@@ -78,11 +78,12 @@ class Follower:
     def _loop(self) -> None:
         raise NotImplementedError
 
-    def _open(self) -> Consumer:
+    def _open(self, config: dict[str, Any] | None = None) -> Consumer:
+        """A consumer with `config` (default: consumer_config())."""
         from confluent_kafka import Consumer, KafkaException
 
         try:
-            return Consumer(self.consumer_config())
+            return Consumer(config or self.consumer_config())
         except KafkaException as exc:  # a property librdkafka refuses: the settings are wrong
             raise ConfigError(f"kafka.client_options: {exc.args[0].str()}") from None
 

@@ -178,6 +178,10 @@ class StoreServer:
             Gauge("waku_store_tail_consumer_failures",
                   "Times the fresh tail's Kafka consumer thread failed and was started again",
                   registry=server.metrics.registry).set_function(lambda: follower.failures)
+            Gauge("waku_store_tail_idle",
+                  "1 while the fresh tail reads Kafka once every tail_idle_fetch_s (no query for "
+                  "tail_idle_after_s), 0 while it follows record by record",
+                  registry=server.metrics.registry).set_function(lambda: int(follower.idle))
         server.mount(host)
         log.info("store: serving %s and %s from %s (table version %s)", STORE_V3_CODEC, STORE_CODEC,
                  settings.reader.table_path,
@@ -329,17 +333,22 @@ class StoreServer:
         return None
 
     async def _caught_up(self) -> bool:
-        """True once the fresh tail holds what Kafka held when it started (or without a tail).
-        Before that, waits up to tail.ready_wait_s: a restarted service answering from Delta
-        alone would take back messages it answered before (a walk that shrinks)."""
-        ready = self.follower.ready if self.follower is not None else None
-        if ready is None or ready.is_set():
+        """True once the fresh tail holds what a query must see (or without a tail): after a
+        start, what Kafka held then; after an idle spell, what it held when this query woke the
+        tail (TailFollower.demand). Waits up to tail.ready_wait_s. A restarted service whose tail
+        has not caught up by then refuses: answering from Delta alone would take back messages it
+        answered before (a walk that shrinks). Once caught up after its start, the tail is
+        answered as it is (it held everything up to ~idle_fetch_s before the query)."""
+        if self.follower is None:
+            return True
+        wanted = self.follower.demand()
+        if wanted.is_set():
             return True
         tail = self.settings.tail
         deadline = trio.current_time() + (tail.ready_wait_s if tail is not None else 0.0)
-        while not ready.is_set() and trio.current_time() < deadline:
-            await trio.sleep(0.02)
-        return ready.is_set()
+        while not wanted.is_set() and trio.current_time() < deadline:
+            await trio.sleep(0.002 if self.follower.ready.is_set() else 0.02)
+        return wanted.is_set() or self.follower.ready.is_set()
 
     async def _blocking(self, fn: Callable[..., _T], *args: object) -> _T:
         if self.settings.max_concurrent_queries == 0:

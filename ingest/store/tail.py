@@ -49,7 +49,7 @@ from core.validation import Limits, decode_ingest, rejection_reason
 from ingest.kafka_follow import Follower
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer
+    from confluent_kafka import Consumer, Message
 
 log = logging.getLogger("ingest.store.tail")
 # librdkafka's own log lines (named "kafka...": the bridge's Kafka log limit applies to them).
@@ -69,6 +69,9 @@ _RELEASE_CHUNK = 2000
 # StoredMessage stays in them: 200,000 of those made each full collection ~75 ms longer, a pause
 # of every thread of the bridge (docs/decisions.md, session 15). Read back with `StoredMessage(*row)`.
 Row = tuple
+# A Kafka record as the consumer thread takes it: (value, partition, offset, Kafka timestamp in
+# seconds or None).
+Record = tuple[bytes | None, int, int, float | None]
 _RECEIVED, _DIGEST, _PUBSUB, _CONTENT = 0, 1, 2, 3
 
 
@@ -94,18 +97,25 @@ class TailSettings:
     ready_wait_s: float = 5.0
     # How to read an s3a:// checkpoint ([warehouse] s3_*).
     object_store: ObjectStoreSettings = ObjectStoreSettings()
+    # With no query for this long the tail reads Kafka once every idle_fetch_s instead of record
+    # by record (0: always record by record); the next query has it catch up first (TailFollower).
+    idle_after_s: float = 60.0
+    idle_fetch_s: float = 1.0
 
     @classmethod
     def from_config(cls, config: Config) -> TailSettings:
         s = config["store_service"]
         if s["tail_max_messages"] < 1:
             raise ConfigError(f"store_service.tail_max_messages: expected at least 1, got {s['tail_max_messages']}")
-        for key in ("tail_lookback_s", "tail_ready_wait_s"):
+        for key in ("tail_lookback_s", "tail_ready_wait_s", "tail_idle_after_s"):
             if s[key] < 0:
                 raise ConfigError(f"store_service.{key}: expected 0 or more, got {s[key]}")
+        if not 0.01 <= s["tail_idle_fetch_s"] <= 300:
+            raise ConfigError(f"store_service.tail_idle_fetch_s: expected 0.01 to 300, got {s['tail_idle_fetch_s']}")
         return cls(config.bootstrap_servers(), config.kafka_client_options(), config.get("topics.messages"),
                    Limits.from_config(config), s["tail_max_messages"], config.checkpoint_path("store"),
-                   s["tail_lookback_s"], s["tail_ready_wait_s"], ObjectStoreSettings.from_config(config))
+                   s["tail_lookback_s"], s["tail_ready_wait_s"], ObjectStoreSettings.from_config(config),
+                   s["tail_idle_after_s"], s["tail_idle_fetch_s"])
 
 
 NO_KAFKA_TIMESTAMP = 0  # confluent_kafka.TIMESTAMP_NOT_AVAILABLE (a test checks they agree)
@@ -482,7 +492,18 @@ class TailFollower(Follower):
     them (`durable(hashes) -> set` of those already in Delta, from the reader's hash index). A
     failed loop starts again from its start position (`ingest.kafka_follow.Follower`).
 
-    `ready` is set once the records that were in the topic at start are in the tail."""
+    `ready` is set once the records that were in the topic at start are in the tail.
+
+    Two ways to read, each a consumer session of its own (a consumer's fetch settings are fixed
+    when it is made), the next one starting where the last one's records end:
+    - *following*, record by record (a fetch answered at the first record): a message is in the
+      tail ~5-10 ms after Kafka acknowledged it. From start, and while queries come;
+    - *idle*, after `idle_after_s` with no query: one fetch every `idle_fetch_s`, taken in at
+      once. Kafka answers one fetch a second instead of one a record, and the tail takes in one
+      batch instead of one per record.
+    A query (`demand`) while idle wakes the loop, which follows again from where it was; the
+    query waits until the tail holds what Kafka held when the new session began (~1 s of
+    records to read: a few ms)."""
 
     def __init__(self, settings: TailSettings, tail: Tail,
                  durable: Callable[[list[bytes]], set[bytes]],
@@ -497,98 +518,235 @@ class TailFollower(Follower):
         # Called after each batch taken in with its oldest record's age (now - Kafka append time):
         # how late the tail is (the bridge's waku_store_tail_lag_seconds).
         self.on_taken: Callable[[float], None] | None = None
+        # The way of reading (see the class): what a session is, what a query sees.
+        self._mode = threading.Lock()
+        self._idle = False
+        self._last_demand = time.monotonic()
+        self._wake = threading.Event()  # a query came while idle
+        self._caught_up = self.ready  # set when the tail holds what Kafka held at the last wake
+        self.sessions = {"following": 0, "idle": 0}  # sessions begun, by way of reading
+
+    @property
+    def idle(self) -> bool:
+        """The tail reads Kafka once every idle_fetch_s (no query for idle_after_s)."""
+        return self._idle
+
+    def demand(self) -> threading.Event:
+        """A query is about to read the tail: the event set once the tail holds what a query
+        must see (at start, what Kafka held then; after an idle spell, what it held when this
+        query woke the loop). The tail follows record by record until idle_after_s pass without
+        another."""
+        with self._mode:
+            self._last_demand = time.monotonic()
+            if self._idle and self._caught_up.is_set():
+                self._caught_up = threading.Event()
+                self._wake.set()
+            return self._caught_up
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loop and wait up to `timeout` for it."""
         super().stop()
+        self._wake.set()
         self.join(timeout)
 
-    def consumer_config(self) -> dict[str, Any]:
+    def consumer_config(self, idle: bool = False) -> dict[str, Any]:
         """librdkafka's properties for the tail's consumer (`core.kafka.follower_config`). The
         loop takes at most every TAKE_INTERVAL_S: under load ~200 batches a second, not many of a
         few (the tail's cost per batch: the table check, the lock, the merges), at most ~5 ms more
         on a message's way to the tail (measured: p50 8 ms at 1,000 and 10,000 msg/s, as with a
-        10 ms fetch wait; docs/decisions.md, issue 41)."""
+        10 ms fetch wait; docs/decisions.md, issue 41). An idle session's fetch is answered after
+        idle_fetch_s, or sooner once 1 MiB is there."""
         s = self.settings
+        extra: dict[str, Any] = {"fetch.wait.max.ms": max(1, round(s.idle_fetch_s * 1000)),
+                                 "fetch.min.bytes": 1 << 20} if idle else {}
         # Reaching a partition's end is reported (the tail is `ready` once every partition has
         # been read up to where it ended at start).
         return follower_config(s.bootstrap_servers, "waku-store-tail", s.client_options, **{
-            "enable.partition.eof": True, "logger": _LIBRDKAFKA_LOG, "error_cb": self._kafka_error})
+            "enable.partition.eof": True, "logger": _LIBRDKAFKA_LOG, "error_cb": self._kafka_error, **extra})
 
     def _loop(self) -> None:
-        from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
         if self.wait_for is not None:
             while not self.wait_for.wait(0.5):  # the reader's hash index of the table as it is
                 if self._stop.is_set():
                     return
-        s = self.settings
-        consumer = self._take_consumer()
+        with self._mode:  # a (re)started loop follows
+            self._idle = False
+        # One consumer for each way of reading, kept for the loop's life: a new one would first
+        # connect and ask for the metadata (~60 ms on a query's way). The one not reading has
+        # nothing assigned and fetches nothing.
+        following: Consumer = self._take_consumer()
+        idle: Consumer | None = None
         try:
-            parts = None
-            while not parts:
-                try:
-                    meta = consumer.list_topics(s.topic, timeout=5.0).topics[s.topic]
-                except KafkaException as exc:  # cannot reach Kafka: retried, one line per error
-                    self._kafka_error(exc.args[0])
-                    if self._stop.wait(2.0):
-                        return
-                    continue
-                parts = meta.partitions if meta.error is None else None
-                if not parts and not self.ready.is_set():
-                    # No such topic yet: nothing in Kafka to catch up with; follow it once it exists.
-                    log.info("store tail: topic %s does not exist yet; following it once it does", s.topic)
-                    self.ready.set()
-                if not parts and self._stop.wait(0.5):
-                    return
-            tps = sorted(parts)
-            bounds = {p: consumer.get_watermark_offsets(TopicPartition(s.topic, p), timeout=10.0) for p in tps}
-            ends = {p: high for p, (_, high) in bounds.items()}
-            starts = self._starts(consumer, bounds)
-            consumer.assign([TopicPartition(s.topic, p, starts[p]) for p in tps])
-            pending = {p for p in tps if starts[p] < ends[p]}
-            if not pending:
-                self.ready.set()
-            log.info("store tail: following %s from %s (%s)", s.topic, starts, self._origin)
-            began = 0.0
+            positions = None
             while not self._stop.is_set():
-                # Wait for the first record, then take what else librdkafka's fetcher has queued
-                # (it fetches on threads of its own, without the GIL).
-                first = consumer.poll(IDLE_POLL_S)  # returns at the first record
-                if first is None:
-                    continue
-                # At most one take every TAKE_INTERVAL_S: under load the batch gathers meanwhile;
-                # at a trickle the poll's wait has passed it already (no extra wake-up a record).
-                gather = began + TAKE_INTERVAL_S - time.monotonic()
-                if gather > 0 and self._stop.wait(gather):
-                    break
-                began = time.monotonic()
-                records: list[tuple[bytes | None, int, int, float | None]] = []
-                reached: list[int | None] = []  # partitions read to their end (an EOF event's is set)
-                for m in [first, *consumer.consume(TAKE_MAX - 1, 0)]:
-                    err = m.error()
-                    if err is None:
-                        partition, offset = m.partition(), m.offset()
-                        assert partition is not None and offset is not None  # a record has both
-                        records.append((m.value(), partition, offset, kafka_seconds(m.timestamp())))
-                        if pending and offset + 1 >= ends[partition]:  # read past its end at start
-                            reached.append(partition)
-                    elif err.code() == KafkaError._PARTITION_EOF:
-                        reached.append(m.partition())
-                    else:
-                        self._kafka_error(err)
-                if records:
-                    self._take(records)
-                    if self.on_taken is not None:
-                        appended = [t for _, _, _, t in records if t is not None]
-                        if appended:
-                            self.on_taken(time.time() - min(appended))
-                if pending:
-                    pending.difference_update(reached)
-                    if not pending:
-                        self.ready.set()
+                if self._idle:
+                    idle = idle or self._open(self.consumer_config(idle=True))
+                    positions = self._idle_session(idle, positions)
+                    idle.unassign()
+                else:
+                    positions = self._following(following, positions)
+                    following.unassign()
+                if positions is None:
+                    return
         finally:
-            consumer.close()
+            following.close()
+            if idle is not None:
+                idle.close()
+
+    def _partitions(self, consumer: Consumer) -> dict[int, tuple[int, int]] | None:
+        """{partition: (low, high) watermarks} of the topic; {} when it does not exist yet (the
+        tail is then ready: nothing to catch up with); None when stopped meanwhile."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        s = self.settings
+        while True:
+            try:
+                meta = consumer.list_topics(s.topic, timeout=5.0).topics[s.topic]
+            except KafkaException as exc:  # cannot reach Kafka: retried, one line per error
+                self._kafka_error(exc.args[0])
+                if self._stop.wait(2.0):
+                    return None
+                continue
+            parts = meta.partitions if meta.error is None else None
+            if parts:
+                return {p: consumer.get_watermark_offsets(TopicPartition(s.topic, p), timeout=10.0)
+                        for p in sorted(parts)}
+            if not self.ready.is_set():
+                # No such topic yet: nothing in Kafka to catch up with; follow it once it exists.
+                log.info("store tail: topic %s does not exist yet; following it once it does", s.topic)
+                self.ready.set()
+            if self._stop.wait(0.5):
+                return None
+
+    def _following(self, consumer: Consumer, positions: dict[int, int] | None) -> dict[int, int] | None:
+        """Follow record by record from `positions` (None: the start position, `_starts`) until
+        idle_after_s pass with no query; the next offsets to read then, None when stopped."""
+        from confluent_kafka import TopicPartition
+
+        s = self.settings
+        with self._mode:
+            caught_up = self._caught_up  # what the queries that woke the loop wait for
+            self._wake.clear()
+        bounds = self._partitions(consumer)
+        if bounds is None:
+            return None
+        ends = {p: high for p, (_, high) in bounds.items()}
+        if positions is None:
+            starts = self._starts(consumer, bounds)
+            log.info("store tail: following %s from %s (%s)", s.topic, starts, self._origin)
+        else:
+            starts = {p: positions.get(p, low) for p, (low, _) in bounds.items()}
+            log.debug("store tail: following %s again from %s", s.topic, starts)
+        self.sessions["following"] += 1
+        # A partition read to its end is assigned one record back (read again and left out): a
+        # fetch that names only such partitions would otherwise be held by the broker for
+        # fetch.wait.max.ms (5 s), and librdkafka sends none other meanwhile. Its first fetch
+        # names the partitions made active so far, maybe not those with records to read
+        # (seen: a catch-up that took 5 s, test_store_freshness.py).
+        consumer.assign([TopicPartition(s.topic, p, starts[p] - 1 if starts[p] == high > low else starts[p])
+                         for p, (low, high) in bounds.items()])
+        at = dict(starts)
+        pending = {p for p in bounds if starts[p] < ends[p]}
+        if not pending:
+            caught_up.set()
+            self.ready.set()
+        began = 0.0
+        while not self._stop.is_set():
+            # Wait for the first record, then take what else librdkafka's fetcher has queued
+            # (it fetches on threads of its own, without the GIL).
+            first = consumer.poll(IDLE_POLL_S)  # returns at the first record
+            if first is None:
+                if self._idle_now(caught_up):
+                    return at
+                continue
+            # At most one take every TAKE_INTERVAL_S: under load the batch gathers meanwhile;
+            # at a trickle the poll's wait has passed it already (no extra wake-up a record).
+            gather = began + TAKE_INTERVAL_S - time.monotonic()
+            if gather > 0 and self._stop.wait(gather):
+                break
+            began = time.monotonic()
+            records, reached = self._records([first, *consumer.consume(TAKE_MAX - 1, 0)])
+            self._take_all(records, at)
+            if pending:
+                # Partitions read to their end (an EOF event), or past where they ended at start.
+                reached.update(p for _, p, o, _ in records if o + 1 >= ends[p])
+                pending.difference_update(reached)
+                if not pending:
+                    caught_up.set()
+                    self.ready.set()
+            if self._idle_now(caught_up):
+                return at
+        return None
+
+    def _idle_now(self, caught_up: threading.Event) -> bool:
+        """Caught up and no query for idle_after_s: turn idle (the next query wakes the loop)."""
+        after = self.settings.idle_after_s
+        if not after or not caught_up.is_set():
+            return False
+        with self._mode:
+            if time.monotonic() - self._last_demand < after:
+                return False
+            self._idle = True
+        log.debug("store tail: no query for %g s, reading Kafka every %g s", after, self.settings.idle_fetch_s)
+        return True
+
+    def _idle_session(self, consumer: Consumer, positions: dict[int, int] | None) -> dict[int, int] | None:
+        """Read from `positions` once every idle_fetch_s (the consumer's fetches wait that long)
+        until a query wakes the loop; the next offsets to read then, None when stopped."""
+        from confluent_kafka import TopicPartition
+
+        assert positions is not None  # a following session came first
+        s = self.settings
+        self.sessions["idle"] += 1
+        at = dict(positions)
+        consumer.assign([TopicPartition(s.topic, p, o) for p, o in at.items()])
+        while not self._stop.is_set():
+            woken = self._wake.wait(s.idle_fetch_s)
+            records: list[Record] = []
+            while True:
+                got = consumer.consume(TAKE_MAX, 0)
+                records += self._records(got)[0]
+                if len(got) < TAKE_MAX:
+                    break
+            self._take_all(records, at)
+            if woken:
+                with self._mode:
+                    self._idle = False
+                return None if self._stop.is_set() else at
+        return None
+
+    def _records(self, messages: list[Message]) -> tuple[list[Record], set[int]]:
+        """librdkafka's messages -> (records, partitions an EOF event says were read to their
+        end); any other error is logged."""
+        from confluent_kafka import KafkaError
+
+        records: list[Record] = []
+        ended: set[int] = set()
+        for m in messages:
+            err = m.error()
+            partition = m.partition()
+            if err is None:
+                offset = m.offset()
+                assert partition is not None and offset is not None  # a record has both
+                records.append((m.value(), partition, offset, kafka_seconds(m.timestamp())))
+            elif err.code() == KafkaError._PARTITION_EOF and partition is not None:
+                ended.add(partition)
+            else:
+                self._kafka_error(err)
+        return records, ended
+
+    def _take_all(self, records: list[Record], at: dict[int, int]) -> None:
+        """Take in the records from `at` on (each partition's next offset) and move it past them."""
+        records = [r for r in records if r[2] >= at.get(r[1], 0)]
+        if not records:
+            return
+        for _, partition, offset, _ in records:
+            at[partition] = max(at.get(partition, 0), offset + 1)
+        self._take(records)
+        if self.on_taken is not None:
+            appended = [t for _, _, _, t in records if t is not None]
+            if appended:
+                self.on_taken(time.time() - min(appended))
 
     _origin = ""
 
@@ -610,7 +768,7 @@ class TailFollower(Follower):
         per_part = max(1, s.max_messages // max(1, len(bounds)))
         return {p: min(high, max(low, starts[p], high - per_part)) for p, (low, high) in bounds.items()}
 
-    def _take(self, records: list[tuple[bytes | None, int, int, float | None]]) -> None:
+    def _take(self, records: list[Record]) -> None:
         """Records as (value, partition, offset, Kafka timestamp in seconds or None)."""
         lim = self.settings.limits
         fresh: dict[bytes, StoredMessage] = {}

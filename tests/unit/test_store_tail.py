@@ -232,9 +232,11 @@ def test_tail_settings_from_config():
     t = TailSettings.from_config(cfg)
     assert (t.bootstrap_servers, t.topic, t.max_messages, t.checkpoint_path) == ("k1:9092,k2:9092", "m", 5, "/cp/store")
     assert t.limits.max_meta_bytes == 32 and t.lookback_s == 600.0
+    assert (t.idle_after_s, t.idle_fetch_s) == (60.0, 1.0)
     assert StoreServiceSettings.from_config(cfg).tail == t
     assert StoreServiceSettings.from_config(load_config(["store_service.fresh_tail=false"])).tail is None
-    for bad in ("store_service.tail_max_messages=0", "store_service.tail_lookback_s=-1"):
+    for bad in ("store_service.tail_max_messages=0", "store_service.tail_lookback_s=-1",
+                "store_service.tail_idle_after_s=-1", "store_service.tail_idle_fetch_s=0"):
         with pytest.raises(ConfigError):
             TailSettings.from_config(load_config([bad]))
 
