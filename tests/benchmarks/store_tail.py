@@ -27,6 +27,13 @@ librdkafka) and, for comparison, the kafka-python loop it replaced (as shipped u
 
     .venv/bin/python tests/benchmarks/store_tail.py --gil 10000 --seconds 30 --hold-ms 250
 
+`--idle RATE`: what the tail costs at a trickle with no query, reading Kafka record by record
+(`store_service.tail_idle_after_s` 0) and once a second (the default once no query came for 60
+s; here after 0.1 s): a producer process offers RATE records/s for `--seconds`, and this process
+(the tail alone) and the broker are charged CPU. The two ways alternate, `--rounds` times.
+
+    .venv/bin/python tests/benchmarks/store_tail.py --idle 50 --seconds 60 --rounds 3
+
 `--commit-s S` (with `--gil`): the tail alone, with commits. Every S s the messages taken in
 more than a second before are released as a Delta commit releases them (`Tail.publish`), and a
 prober asks the tail for a 20-message page every 10 ms, timing the lock wait and the page.
@@ -67,7 +74,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--commit-s", type=float, default=0.0, metavar="S",
                         help="--gil: the tail alone, with a commit every S s and a page asked every 10 ms")
+    parser.add_argument("--idle", type=float, default=0, metavar="RATE",
+                        help="the tail's CPU at RATE records/s, reading record by record and once a second")
     args = parser.parse_args()
+    if args.idle:
+        idle_cost(args.idle, args.seconds, args.rounds, args.payload_bytes)
+        return
     if args.gil:
         gil_latency(args.gil, args.seconds, args.hold_ms, args.rounds, args.payload_bytes, args.commit_s)
         return
@@ -299,6 +311,73 @@ def gil_latency(rate: float, seconds: float, hold_ms: float, rounds: int, payloa
         broker.stop()
     print(json.dumps({"benchmark": "store_tail", "mode": "gil", "rate": rate, "seconds": seconds,
                       "commit_s": commit_s, "runs": runs}))
+
+
+def idle_cost(rate: float, seconds: float, rounds: int, payload_bytes: int) -> None:
+    import os
+    import subprocess
+    import tempfile
+
+    from core.kafka import ensure_topics
+    from ingest.store.tail import TailFollower, TailSettings
+    from tools.embedded_kafka import EmbeddedKafka
+
+    repo = Path(__file__).resolve().parents[2]
+    tmp = Path(tempfile.mkdtemp(prefix="waku-bench-tail-"))
+    broker = EmbeddedKafka(data_dir=tmp / "kafka", port=free_port(), controller_port=free_port(),
+                           jar_dir=repo / ".cache/jars/kafka")
+    broker.start()
+    from ingest.cli import _quiet_gc
+
+    _quiet_gc()  # as `waku-bridge run` does once started
+    runs = []
+    try:
+        # A first run warms the broker's JIT up (its figures are printed, not counted).
+        ways = ["warm-up", *(w for _ in range(rounds) for w in ("record by record", "once a second"))]
+        for n, way in enumerate(ways):
+            topic = f"bench.idle.{n}"
+            ensure_topics(broker.bootstrap_servers, {topic: 4})
+            settings = TailSettings(broker.bootstrap_servers, topic=topic, lookback_s=0,
+                                    idle_after_s=0.1 if way == "once a second" else 0.0)
+            follower = TailFollower(settings, Tail(10_000_000), lambda hashes: set())
+            follower.start()
+            follower.ready.wait(30)
+            while way == "once a second" and not follower.idle:
+                time.sleep(0.05)
+            count = int(rate * seconds)
+            spec = {"bootstrap": broker.bootstrap_servers, "topic": topic, "rate": rate,
+                    "seconds": seconds if n else min(seconds, 20.0),
+                    "start_at": time.time() + 2.0 + count * GENERATE_S_PER_RECORD, "payload_bytes": payload_bytes,
+                    "seed": 5, "out": str(tmp / f"producer-{n}.json")}
+            producer = subprocess.Popen([sys.executable, str(repo / "tests/benchmarks/store_ingest.py"), "--role",
+                                         "producer", "--spec", json.dumps(spec)], cwd=repo)
+            # Charged from the producer's first record to its last, and the last reads (a fetch
+            # waits up to 1 s, the idle loop takes once a second).
+            time.sleep(max(0.0, spec["start_at"] - time.time()))
+            cpu, broker_cpu, began = time.process_time(), proc_cpu_s(broker.pid), time.monotonic()
+            producer.wait()
+            time.sleep(2.5)
+            window = time.monotonic() - began
+            cpu_s, broker_cpu = time.process_time() - cpu, proc_cpu_s(broker.pid) - broker_cpu
+            sent = json.loads(Path(spec["out"]).read_text())["sent"]
+            run = {"way": way, "offered": sent, "consumed": follower.consumed, "window_s": round(window, 1),
+                   "sessions": dict(follower.sessions),
+                   "tail_cpu_s_per_min": round(cpu_s / window * 60, 3),
+                   "broker_cpu_s_per_min": round(broker_cpu / window * 60, 3),
+                   "load_avg": round(os.getloadavg()[0], 2)}
+            follower.stop()
+            print(f"{way:>16}: tail {run['tail_cpu_s_per_min']} CPU-s a minute, broker "
+                  f"{run['broker_cpu_s_per_min']}; consumed {run['consumed']} of {sent}, load {run['load_avg']}",
+                  flush=True)
+            if n:
+                runs.append(run)
+    finally:
+        broker.stop()
+    by_way = {w: [r for r in runs if r["way"] == w] for w in ("record by record", "once a second")}
+    summary = {w: {k: round(sum(r[k] for r in rs) / len(rs), 3) for k in ("tail_cpu_s_per_min", "broker_cpu_s_per_min")}
+               for w, rs in by_way.items()}
+    print(json.dumps({"benchmark": "store_tail", "mode": "idle", "rate": rate, "seconds": seconds,
+                      "mean": summary, "runs": runs}))
 
 
 class TimedTail(Tail):
