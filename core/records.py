@@ -5,7 +5,7 @@ by every process: keys, values and the few decisions about their bytes.
 |---|---|---|
 | waku.messages | message hash | IngestRecord (the WakuMessage embedded exactly as received) |
 | waku.subscriptions | peer id | SubscriptionEvent |
-| waku.push.<bridge_id> | peer id | PushRecord (written by the Spark filter job's JVM encoder) |
+| waku.push.<bridge_id> | source partition (fan-out) or peer id | PushRecord (the filter job's JVM encoder) |
 """
 from __future__ import annotations
 
@@ -59,6 +59,14 @@ def subscription_event(peer: str, bridge_id: str, op: pr.SubscriptionOp, event_t
                               content_topics=list(content_topics), event_time=event_time,
                               request_id=request_id, protocol=protocol)
     return peer.encode(), ev.SerializeToString()
+
+
+def push_targets(rec: pr.PushRecord) -> list[tuple[str, str, str]]:
+    """(peer_id, protocol, request_id) of each subscriber a PushRecord is for: a fan-out's
+    targets, or the one subscriber of a per-subscriber record."""
+    if rec.targets:
+        return [(t.peer_id, t.protocol, t.request_id) for t in rec.targets]
+    return [(rec.peer_id, rec.protocol, rec.request_id)]
 
 
 def decode_push(value: bytes) -> pr.PushRecord | None:

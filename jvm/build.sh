@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds waku-proto-decode.jar: the ProtoDecode Spark UDF, the filter job's PushEncode, CriteriaMatch and
+# Builds waku-proto-decode.jar: the ProtoDecode Spark UDF, the filter job's PushEncode, PushFanoutEncode, CriteriaFanout and
 # CriteriaIndex (resident criteria: needs kafka-clients at compile time), LocalDirLogStore (Delta's
 # log store for the local file system, listing without a stat per entry: needs delta-storage) (our stand-in for spark-protobuf's
 # from_protobuf, see pipeline/spark/protobuf.py) plus schemas/waku.desc as the classpath resource

@@ -25,21 +25,23 @@ _sym_db = _symbol_database.Default()
 from schemas import waku_message_pb2 as schemas_dot_waku__message__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eschemas/pipeline_records.proto\x12\x10waku.pipeline.v1\x1a\x1aschemas/waku_message.proto\"\xa7\x01\n\x0cIngestRecord\x12\x14\n\x0cpubsub_topic\x18\x01 \x01(\t\x12-\n\x07message\x18\x02 \x01(\x0b\x32\x1c.waku.message.v1.WakuMessage\x12\x15\n\rreceived_time\x18\x03 \x01(\x01\x12(\n\x06source\x18\x04 \x01(\x0e\x32\x18.waku.pipeline.v1.Source\x12\x11\n\tbridge_id\x18\x05 \x01(\t\"\xcd\x01\n\x11SubscriptionEvent\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x11\n\tbridge_id\x18\x02 \x01(\t\x12,\n\x02op\x18\x03 \x01(\x0e\x32 .waku.pipeline.v1.SubscriptionOp\x12\x14\n\x0cpubsub_topic\x18\x04 \x01(\t\x12\x16\n\x0e\x63ontent_topics\x18\x05 \x03(\t\x12\x12\n\nevent_time\x18\x06 \x01(\x01\x12\x12\n\nrequest_id\x18\x07 \x01(\t\x12\x10\n\x08protocol\x18\x08 \x01(\t\"\x97\x02\n\nPushRecord\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x14\n\x0cpubsub_topic\x18\x02 \x01(\t\x12-\n\x07message\x18\x03 \x01(\x0b\x32\x1c.waku.message.v1.WakuMessage\x12\x14\n\x0cmessage_hash\x18\x04 \x01(\x0c\x12\x10\n\x08protocol\x18\x05 \x01(\t\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x15\n\rreceived_time\x18\x07 \x01(\x01\x12\x1d\n\x10source_partition\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12\x1a\n\rsource_offset\x18\t \x01(\x03H\x01\x88\x01\x01\x42\x13\n\x11_source_partitionB\x10\n\x0e_source_offset*:\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\t\n\x05RELAY\x10\x01\x12\r\n\tLIGHTPUSH\x10\x02*\x86\x01\n\x0eSubscriptionOp\x12\x12\n\x0eOP_UNSPECIFIED\x10\x00\x12\r\n\tSUBSCRIBE\x10\x01\x12\x0f\n\x0bUNSUBSCRIBE\x10\x02\x12\x13\n\x0fUNSUBSCRIBE_ALL\x10\x03\x12\n\n\x06\x45XPIRE\x10\x04\x12\x0b\n\x07REFRESH\x10\x05\x12\x12\n\x0e\x42RIDGE_RESTART\x10\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eschemas/pipeline_records.proto\x12\x10waku.pipeline.v1\x1a\x1aschemas/waku_message.proto\"\xa7\x01\n\x0cIngestRecord\x12\x14\n\x0cpubsub_topic\x18\x01 \x01(\t\x12-\n\x07message\x18\x02 \x01(\x0b\x32\x1c.waku.message.v1.WakuMessage\x12\x15\n\rreceived_time\x18\x03 \x01(\x01\x12(\n\x06source\x18\x04 \x01(\x0e\x32\x18.waku.pipeline.v1.Source\x12\x11\n\tbridge_id\x18\x05 \x01(\t\"\xcd\x01\n\x11SubscriptionEvent\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x11\n\tbridge_id\x18\x02 \x01(\t\x12,\n\x02op\x18\x03 \x01(\x0e\x32 .waku.pipeline.v1.SubscriptionOp\x12\x14\n\x0cpubsub_topic\x18\x04 \x01(\t\x12\x16\n\x0e\x63ontent_topics\x18\x05 \x03(\t\x12\x12\n\nevent_time\x18\x06 \x01(\x01\x12\x12\n\nrequest_id\x18\x07 \x01(\t\x12\x10\n\x08protocol\x18\x08 \x01(\t\"C\n\nPushTarget\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"\xc6\x02\n\nPushRecord\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x14\n\x0cpubsub_topic\x18\x02 \x01(\t\x12-\n\x07message\x18\x03 \x01(\x0b\x32\x1c.waku.message.v1.WakuMessage\x12\x14\n\x0cmessage_hash\x18\x04 \x01(\x0c\x12\x10\n\x08protocol\x18\x05 \x01(\t\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x15\n\rreceived_time\x18\x07 \x01(\x01\x12\x1d\n\x10source_partition\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12\x1a\n\rsource_offset\x18\t \x01(\x03H\x01\x88\x01\x01\x12-\n\x07targets\x18\n \x03(\x0b\x32\x1c.waku.pipeline.v1.PushTargetB\x13\n\x11_source_partitionB\x10\n\x0e_source_offset*:\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\t\n\x05RELAY\x10\x01\x12\r\n\tLIGHTPUSH\x10\x02*\x86\x01\n\x0eSubscriptionOp\x12\x12\n\x0eOP_UNSPECIFIED\x10\x00\x12\r\n\tSUBSCRIBE\x10\x01\x12\x0f\n\x0bUNSUBSCRIBE\x10\x02\x12\x13\n\x0fUNSUBSCRIBE_ALL\x10\x03\x12\n\n\x06\x45XPIRE\x10\x04\x12\x0b\n\x07REFRESH\x10\x05\x12\x12\n\x0e\x42RIDGE_RESTART\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'schemas.pipeline_records_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SOURCE']._serialized_start=740
-  _globals['_SOURCE']._serialized_end=798
-  _globals['_SUBSCRIPTIONOP']._serialized_start=801
-  _globals['_SUBSCRIPTIONOP']._serialized_end=935
+  _globals['_SOURCE']._serialized_start=856
+  _globals['_SOURCE']._serialized_end=914
+  _globals['_SUBSCRIPTIONOP']._serialized_start=917
+  _globals['_SUBSCRIPTIONOP']._serialized_end=1051
   _globals['_INGESTRECORD']._serialized_start=81
   _globals['_INGESTRECORD']._serialized_end=248
   _globals['_SUBSCRIPTIONEVENT']._serialized_start=251
   _globals['_SUBSCRIPTIONEVENT']._serialized_end=456
-  _globals['_PUSHRECORD']._serialized_start=459
-  _globals['_PUSHRECORD']._serialized_end=738
+  _globals['_PUSHTARGET']._serialized_start=458
+  _globals['_PUSHTARGET']._serialized_end=525
+  _globals['_PUSHRECORD']._serialized_start=528
+  _globals['_PUSHRECORD']._serialized_end=854
 # @@protoc_insertion_point(module_scope)

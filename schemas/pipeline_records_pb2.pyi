@@ -68,8 +68,18 @@ class SubscriptionEvent(_message.Message):
     protocol: str
     def __init__(self, peer_id: _Optional[str] = ..., bridge_id: _Optional[str] = ..., op: _Optional[_Union[SubscriptionOp, str]] = ..., pubsub_topic: _Optional[str] = ..., content_topics: _Optional[_Iterable[str]] = ..., event_time: _Optional[float] = ..., request_id: _Optional[str] = ..., protocol: _Optional[str] = ...) -> None: ...
 
+class PushTarget(_message.Message):
+    __slots__ = ("peer_id", "protocol", "request_id")
+    PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    peer_id: str
+    protocol: str
+    request_id: str
+    def __init__(self, peer_id: _Optional[str] = ..., protocol: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
 class PushRecord(_message.Message):
-    __slots__ = ("peer_id", "pubsub_topic", "message", "message_hash", "protocol", "request_id", "received_time", "source_partition", "source_offset")
+    __slots__ = ("peer_id", "pubsub_topic", "message", "message_hash", "protocol", "request_id", "received_time", "source_partition", "source_offset", "targets")
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     PUBSUB_TOPIC_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +89,7 @@ class PushRecord(_message.Message):
     RECEIVED_TIME_FIELD_NUMBER: _ClassVar[int]
     SOURCE_PARTITION_FIELD_NUMBER: _ClassVar[int]
     SOURCE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
     peer_id: str
     pubsub_topic: str
     message: _waku_message_pb2.WakuMessage
@@ -88,4 +99,5 @@ class PushRecord(_message.Message):
     received_time: float
     source_partition: int
     source_offset: int
-    def __init__(self, peer_id: _Optional[str] = ..., pubsub_topic: _Optional[str] = ..., message: _Optional[_Union[_waku_message_pb2.WakuMessage, _Mapping]] = ..., message_hash: _Optional[bytes] = ..., protocol: _Optional[str] = ..., request_id: _Optional[str] = ..., received_time: _Optional[float] = ..., source_partition: _Optional[int] = ..., source_offset: _Optional[int] = ...) -> None: ...
+    targets: _containers.RepeatedCompositeFieldContainer[PushTarget]
+    def __init__(self, peer_id: _Optional[str] = ..., pubsub_topic: _Optional[str] = ..., message: _Optional[_Union[_waku_message_pb2.WakuMessage, _Mapping]] = ..., message_hash: _Optional[bytes] = ..., protocol: _Optional[str] = ..., request_id: _Optional[str] = ..., received_time: _Optional[float] = ..., source_partition: _Optional[int] = ..., source_offset: _Optional[int] = ..., targets: _Optional[_Iterable[_Union[PushTarget, _Mapping]]] = ...) -> None: ...

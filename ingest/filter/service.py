@@ -23,7 +23,7 @@ from libp2p.peer.id import ID
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from core.kafka import TopicError, ensure_topics
-from core.records import decode_push, subscription_event
+from core.records import decode_push, push_targets, subscription_event
 from ingest.filter.codec import (
     FILTER_PUSH_CODEC,
     FILTER_SUBSCRIBE_CODEC,
@@ -358,8 +358,9 @@ class FilterService:
 
     def _deliver(self, values: list[bytes]) -> None:
         """On the trio thread: a batch of PushRecord values from the push topic. Each wanted,
-        first-seen record is queued to its peer's PeerPusher; the push bytes of a message are
-        built once per batch (a fan-out is one record per peer, same message)."""
+        first-seen (record, subscriber) is queued to its peer's PeerPusher: a fan-out record's
+        every target, a per-subscriber record's one peer. The push bytes of a message are built
+        once per batch."""
         t0 = time.perf_counter()
         outcomes = self.push_stats.outcomes
         view, dedup, queues, started_at = self.view, self.dedup, self._queues, self.started_at
@@ -369,41 +370,45 @@ class FilterService:
             if rec is None:
                 outcomes["undecodable"] += 1
                 continue
+            targets = push_targets(rec)
             if 0.0 < rec.received_time < started_at:
-                outcomes["before_start"] += 1
+                outcomes["before_start"] += len(targets)
                 continue
-            peer = rec.peer_id
-            crit = view.wanted(peer, rec.pubsub_topic, rec.message.content_topic)
-            if crit is None:
-                outcomes["not_subscribed"] += 1
-                continue
-            if rec.HasField("source_offset"):
-                dropped = dedup.admit(peer, rec.message_hash, rec.source_partition, rec.source_offset)
-            else:
-                dropped = dedup.admit(peer, rec.message_hash)
-            if dropped is not None:
-                outcomes[dropped] += 1  # "replayed" or "duplicate"
-                continue
-            if crit.protocol == "v00":
-                request_id = crit.request_id or rec.request_id
-                key: tuple[bytes, str] | tuple[bytes, str, str] = (rec.message_hash, "v00", request_id)
-                codec = FILTER_V00_CODEC
-            else:
-                key = (rec.message_hash, rec.pubsub_topic)
-                codec = FILTER_PUSH_CODEC
-            data = built.get(key)
-            if data is None:
-                data = built[key] = frame(push_v00(request_id, rec.message) if codec == FILTER_V00_CODEC
-                                          else push_v2(rec.pubsub_topic, rec.message))
-            q = queues.get(peer)
-            if q is None:
-                if self._nursery is None:
+            ordered = rec.HasField("source_offset")
+            pubsub_topic, message, message_hash = rec.pubsub_topic, rec.message, rec.message_hash
+            content_topic = message.content_topic
+            for peer, _protocol, rec_request_id in targets:
+                crit = view.wanted(peer, pubsub_topic, content_topic)
+                if crit is None:
+                    outcomes["not_subscribed"] += 1
                     continue
-                q = self._start_pusher(peer)
-            try:
-                q.send_nowait(PushItem(data, codec))
-            except trio.WouldBlock:
-                outcomes["queue_full"] += 1
+                if ordered:
+                    dropped = dedup.admit(peer, message_hash, rec.source_partition, rec.source_offset)
+                else:
+                    dropped = dedup.admit(peer, message_hash)
+                if dropped is not None:
+                    outcomes[dropped] += 1  # "replayed" or "duplicate"
+                    continue
+                if crit.protocol == "v00":
+                    request_id = crit.request_id or rec_request_id
+                    key: tuple[bytes, str] | tuple[bytes, str, str] = (message_hash, "v00", request_id)
+                    codec = FILTER_V00_CODEC
+                else:
+                    key = (message_hash, pubsub_topic)
+                    codec = FILTER_PUSH_CODEC
+                data = built.get(key)
+                if data is None:
+                    data = built[key] = frame(push_v00(request_id, message) if codec == FILTER_V00_CODEC
+                                              else push_v2(pubsub_topic, message))
+                q = queues.get(peer)
+                if q is None:
+                    if self._nursery is None:
+                        continue
+                    q = self._start_pusher(peer)
+                try:
+                    q.send_nowait(PushItem(data, codec))
+                except trio.WouldBlock:
+                    outcomes["queue_full"] += 1
         self.push_stats.stages["deliver"] += time.perf_counter() - t0
 
     def _start_pusher(self, peer: str) -> trio.MemorySendChannel:

@@ -74,7 +74,8 @@ def messages() -> list[dict[str, Any]]:
 def ingests() -> list[dict[str, Any]]:
     """IngestRecords and the PushRecord of each for peer "16Uiu2peer", hash 0xab*32, "v2", "req-1":
     `push` without source coordinates, `push_with_source` from partition SOURCE_PARTITION at
-    offset SOURCE_OFFSET."""
+    offset SOURCE_OFFSET, `push_fanout` the same as a fan-out to that peer and to "16Uiu2other"
+    (no protocol, no request id)."""
     message = wm.WakuMessage(payload=b"push me", content_topic="/app/1/push/proto", timestamp=42).SerializeToString()
     odd_message = message + UNKNOWN_FIELD  # copied byte for byte, never re-encoded
     cases = [
@@ -96,8 +97,16 @@ def ingests() -> list[dict[str, Any]]:
         with_source = records.PushRecord()
         with_source.CopyFrom(push)
         with_source.source_partition, with_source.source_offset = SOURCE_PARTITION, SOURCE_OFFSET
+        fanout = records.PushRecord()
+        fanout.CopyFrom(with_source)
+        fanout.ClearField("peer_id")
+        fanout.ClearField("protocol")
+        fanout.ClearField("request_id")
+        fanout.targets.add(peer_id="16Uiu2peer", protocol="v2", request_id="req-1")
+        fanout.targets.add(peer_id="16Uiu2other")
         out.append({"name": name, "hex": ingest.SerializeToString().hex(), "message": raw.hex(),
-                    "push": push.SerializeToString().hex(), "push_with_source": with_source.SerializeToString().hex()})
+                    "push": push.SerializeToString().hex(), "push_with_source": with_source.SerializeToString().hex(),
+                    "push_fanout": fanout.SerializeToString().hex()})
     return out
 
 

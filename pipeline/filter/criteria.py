@@ -7,11 +7,12 @@ subscription event stream, so no batch or epoch re-reads Delta:
 1. At the job's start the driver reads the subscriptions job's committed Kafka offsets (its
    checkpoint's offset log), *then* writes the live rows of Delta `subscriptions` as a text
    snapshot next to the filter checkpoint (base64 fields, one line per criterion).
-2. The UDF `waku_criteria_match(pubsub_topic, content_topic, config)` finds this run's index by
+2. The UDF `waku_criteria_fanout(pubsub_topic, content_topic, config)` finds this run's index by
    its configuration literal; on first use in a JVM it loads the snapshot, replays
    `waku.subscriptions` from those offsets to the end and then follows the topic on a thread.
    Replaying events the snapshot holds is harmless (each sets or deletes what it names).
-3. `explode` of the subscribers gives one row per (message, subscriber), as the equi-join did.
+3. The job's UDF `waku_criteria_fanout` groups the subscribers by bridge, each as its PushRecord
+   field 10 bytes; `explode` gives one row per (message, bridge), one fan-out PushRecord.
 
 Delta `subscriptions` stays the durable, queryable state (the subscriptions job); the index is
 rebuilt from it at every start. An executor that starts later bootstraps from the same snapshot
@@ -38,18 +39,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("waku.filter.criteria")
 
-MATCH_CLASS = "waku.pipeline.CriteriaMatch"
-MATCH_FN = "waku_criteria_match"
 INDEX_CLASS = "waku.pipeline.CriteriaIndex"
 SNAPSHOTS_KEPT = 2
-
-SUBSCRIBER = T.StructType([
-    T.StructField("peer_id", T.StringType()),
-    T.StructField("bridge_id", T.StringType()),
-    T.StructField("protocol", T.StringType()),
-    T.StructField("request_id", T.StringType()),
-])
-
 
 def _jvm_index(spark: SparkSession):
     return getattr(spark.sparkContext._jvm, INDEX_CLASS)
@@ -109,20 +100,29 @@ def prepare_index(spark: SparkSession, settings: FilterJobSettings) -> str:
     return config
 
 
-def register_match(spark: SparkSession) -> str:
-    return register_java_function(spark, MATCH_FN, MATCH_CLASS, T.ArrayType(SUBSCRIBER, containsNull=False))
+FANOUT_CLASS = "waku.pipeline.CriteriaFanout"
+FANOUT_FN = "waku_criteria_fanout"
+FANOUT = T.StructType([
+    T.StructField("bridge_id", T.StringType()),
+    T.StructField("targets", T.BinaryType()),
+])
 
 
-def subscribers(pubsub_topic: Column, content_topic: Column, config: str) -> Column:
-    """array<struct<peer_id, bridge_id, protocol, request_id>> of the live subscribers."""
-    return F.call_function(MATCH_FN, pubsub_topic, content_topic, F.lit(config))
+def register_fanout(spark: SparkSession) -> str:
+    return register_java_function(spark, FANOUT_FN, FANOUT_CLASS, T.ArrayType(FANOUT, containsNull=False))
+
+
+def fanouts(pubsub_topic: Column, content_topic: Column, config: str) -> Column:
+    """array<struct<bridge_id, targets>>: per bridge holding live subscribers, their PushRecord
+    field 10 entries (jvm/src/waku/pipeline/CriteriaFanout.java)."""
+    return F.call_function(FANOUT_FN, pubsub_topic, content_topic, F.lit(config))
 
 
 def warm_up(spark: SparkSession, config: str) -> None:
     """Bootstrap the index in this JVM now (the driver's, which runs the tasks in local mode) so
     the first message does not wait for it."""
-    register_match(spark)
-    spark.range(1).select(subscribers(F.lit(""), F.lit(""), config)).collect()
+    register_fanout(spark)
+    spark.range(1).select(fanouts(F.lit(""), F.lit(""), config)).collect()
 
 
 def index_stats(spark: SparkSession) -> list[dict]:

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from core.config import ConfigError
-from pipeline.filter.criteria import prepare_index, register_match, subscribers, warm_up
+from pipeline.filter.criteria import fanouts, prepare_index, register_fanout, warm_up
 from pipeline.filter.settings import FilterJobSettings
 from pipeline.filter.subscriptions import ensure_subscriptions_table
 from pipeline.spark.kafka_io import kafka_options, read_topic_stream
@@ -47,6 +47,8 @@ log = logging.getLogger("waku.filter")
 
 PUSH_ENCODE_CLASS = "waku.pipeline.PushEncode"
 PUSH_ENCODE_FN = "waku_push_record"
+PUSH_FANOUT_CLASS = "waku.pipeline.PushFanoutEncode"
+PUSH_FANOUT_FN = "waku_push_fanout"
 
 
 def register_push_encoder(spark: SparkSession) -> str:
@@ -122,17 +124,20 @@ def message_stream(spark: SparkSession, settings: FilterJobSettings) -> DataFram
 
 def resident_matches(messages: DataFrame, config: str, push_prefix: str) -> DataFrame:
     """Decoded ingest records looked up in the resident criteria index (pipeline/filter/criteria.py)
-    -> Kafka sink rows (topic, key, value): one row per (message, live subscriber). A lookup and
-    an explode: no shuffle, so the push records carry their source coordinates (`source_ordered`)."""
+    -> Kafka sink rows (topic, key, value): one fan-out PushRecord per (message, bridge holding live
+    subscribers), its subscribers in field 10. A lookup and an explode: no shuffle, so the push
+    records carry their source coordinates (`source_ordered`), and they are keyed by the source
+    partition, which keeps one source partition's records in one push partition, in order."""
     spark = messages.sparkSession
-    fn = register_push_encoder(spark)
-    register_match(spark)
+    fn = register_java_function(spark, PUSH_FANOUT_FN, PUSH_FANOUT_CLASS, T.BinaryType())
+    register_fanout(spark)
     joined = messages.select("message_hash", "raw_value", "kafka_partition", "kafka_offset", F.explode(
-        subscribers(F.col("pubsub_topic"), F.col("content_topic"), config)).alias("s"))
+        fanouts(F.col("pubsub_topic"), F.col("content_topic"), config)).alias("b"))
     return joined.select(
-        F.concat(F.lit(push_prefix), F.col("s.bridge_id")).alias("topic"),
-        F.col("s.peer_id").cast("binary").alias("key"),
-        _push_value(fn, F.col("s.peer_id"), F.col("s.protocol"), F.col("s.request_id"), True).alias("value"),
+        F.concat(F.lit(push_prefix), F.col("b.bridge_id")).alias("topic"),
+        F.col("kafka_partition").cast("string").cast("binary").alias("key"),
+        F.call_function(fn, F.col("raw_value"), F.col("b.targets"), F.col("message_hash"),
+                        F.col("kafka_partition"), F.col("kafka_offset")).alias("value"),
     )
 
 

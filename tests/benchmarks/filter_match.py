@@ -284,9 +284,11 @@ def load_table(overrides: list[str], peers: int, fanout: int) -> int:
 
 
 def read_pushes(bootstrap: str, topic: str, until_idle_s: float = 5.0) -> list[tuple[str, int, int]]:
-    """(payload id, publish ns, append ms) of every push record on `topic`."""
+    """(payload id, publish ns, append ms) of every push on `topic` (a fan-out record's once per
+    subscriber)."""
     from kafka import KafkaConsumer, TopicPartition
 
+    from core.records import push_targets
     from schemas import pipeline_records_pb2 as pr
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
@@ -309,7 +311,7 @@ def read_pushes(bootstrap: str, topic: str, until_idle_s: float = 5.0) -> list[t
             for r in recs:
                 p = pr.PushRecord.FromString(r.value)
                 ident, _, sent = p.message.payload.decode().partition("|")
-                out.append((ident, int(sent), r.timestamp))
+                out += [(ident, int(sent), r.timestamp)] * len(push_targets(p))  # a fan-out: one a subscriber
     consumer.close()
     return out
 

@@ -28,7 +28,7 @@ import pytest
 
 from core.config import REPO_ROOT
 from core.kafka import ensure_topics
-from core.records import decode_push, ingest_key, ingest_value, subscription_event
+from core.records import decode_push, ingest_key, ingest_value, push_targets, subscription_event
 from schemas import pipeline_records_pb2 as pr
 from schemas import waku_message_pb2 as wm
 from tests.conftest import BATCH_AT_EVERY_TRIGGER
@@ -324,7 +324,8 @@ def test_subscriptions_and_filter_jobs_on_the_standalone_cluster(standalone, sto
         TIMINGS["filter: first push"] = filt.seconds
         record = decode_push(push)
         assert record is not None
-        assert (record.peer_id, record.pubsub_topic, record.message_hash) == ("peerA", PUBSUB, ingest_key(PUBSUB, msg))
+        assert [peer for peer, _, _ in push_targets(record)] == ["peerA"]
+        assert (record.pubsub_topic, record.message_hash) == (PUBSUB, ingest_key(PUBSUB, msg))
         assert record.message == msg
         active = {a["name"]: a for a in cluster.state().get("activeapps", [])}
         assert {"waku-subscriptions", "waku-filter"} <= set(active), active

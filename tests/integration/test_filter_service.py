@@ -345,7 +345,7 @@ def test_filter_job_matches_against_the_resident_index_not_delta(env):
     # No join with a Delta scan: the criteria are the executor's index, changed by the events.
     assert join_strategy(env["filter"]) in ("none yet", "unknown")
     plan = env["filter"]._jsq.streamingQuery().lastExecution().executedPlan().toString()
-    assert "waku_criteria_match" in plan or "CriteriaMatch" in plan, plan
+    assert "waku_criteria_fanout" in plan or "CriteriaFanout" in plan, plan
     stats = index_stats(env["spark"])
     assert stats and max(s["events"] for s in stats) > 0 and not any(s["error"] for s in stats), stats
     # what the filter job's Prometheus endpoint adds

@@ -19,6 +19,7 @@ import pytest
 import trio
 
 from core.message import hash_of
+from core.records import push_targets
 from ingest.filter.settings import FilterSettings
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
@@ -77,7 +78,7 @@ def push_record_times(env: Interop, peer_id: str, want: set[str]) -> dict[str, i
         for r in consumer:
             rec = pr.PushRecord.FromString(r.value)
             h = "0x" + rec.message_hash.hex()
-            if rec.peer_id == peer_id and h in want:
+            if h in want and any(peer == peer_id for peer, _, _ in push_targets(rec)):
                 times.setdefault(h, r.timestamp)
             if len(times) == len(want):
                 break

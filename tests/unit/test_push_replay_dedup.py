@@ -166,3 +166,41 @@ def test_deliver_without_source_coordinates_keeps_hash_dedup():
     assert _queued(recv) == 0 and svc.push_stats.outcomes["duplicate"] == 100
     svc._deliver(records[:100])
     assert _queued(recv) == 100
+
+
+def test_deliver_fans_a_record_out_to_each_of_its_targets():
+    """A fan-out PushRecord (the resident criteria's: one per message and bridge) is pushed to
+    each subscribed target once, with the same push bytes; a target not subscribed here is
+    counted, and a replay of the records is dropped per target by its source offset."""
+    from ingest.filter.service import FilterService
+
+    svc = FilterService(None, "B", FilterSettings(), bootstrap_servers="127.0.0.1:1")
+    svc.started_at = 0.0
+    queues = {}
+    for peer in ("peerA", "peerB"):
+        svc.view.apply(peer, Change(pr.SUBSCRIBE, PT, (CT,)), time.time())
+        send, recv = trio.open_memory_channel(math.inf)
+        svc._queues[peer] = send
+        queues[peer] = recv
+    records = []
+    for i in range(20):
+        msg = WakuMessage(payload=i.to_bytes(4, "big"), content_topic=CT, timestamp=i)
+        rec = pr.PushRecord(pubsub_topic=PT, message=msg, message_hash=h(i), received_time=time.time(),
+                            source_partition=i % 2, source_offset=i)
+        for peer in ("peerA", "peerC", "peerB"):
+            rec.targets.add(peer_id=peer, protocol="v2")
+        records.append(rec.SerializeToString())
+    svc._deliver(records)
+    got = {peer: [] for peer in queues}
+    for peer, recv in queues.items():
+        while True:
+            try:
+                got[peer].append(recv.receive_nowait().data)
+            except trio.WouldBlock:
+                break
+    assert len(got["peerA"]) == len(got["peerB"]) == 20
+    assert all(a is b for a, b in zip(got["peerA"], got["peerB"], strict=True))  # built once a message
+    assert svc.push_stats.outcomes["not_subscribed"] == 20
+    svc._deliver(records)
+    assert svc.push_stats.outcomes["replayed"] == 40
+    assert all(_queued(recv) == 0 for recv in queues.values())

@@ -109,7 +109,9 @@ SPEC: dict[str, dict[str, tuple[int, str]]] = {
     "waku.pipeline.v1.PushRecord": {"peer_id": (1, "string"), "pubsub_topic": (2, "string"), "message": (3, "msg"),
                                     "message_hash": (4, "bytes"), "protocol": (5, "string"),
                                     "request_id": (6, "string"), "received_time": (7, "double"),
-                                    "source_partition": (8, "varint"), "source_offset": (9, "varint")},
+                                    "source_partition": (8, "varint"), "source_offset": (9, "varint"),
+                                    "targets": (10, "msg")},
+    "waku.pipeline.v1.PushTarget": {"peer_id": (1, "string"), "protocol": (2, "string"), "request_id": (3, "string")},
 }
 
 

@@ -77,12 +77,23 @@ public final class CriteriaIndex {
     final String protocol;
     final String requestId;
     final double time;
+    /** This subscriber as a fan-out PushRecord's field 10 entry, made at first use. */
+    private byte[] target;
 
     Sub(Peer peer, String protocol, String requestId, double time) {
       this.peer = peer;
       this.protocol = protocol;
       this.requestId = requestId;
       this.time = time;
+    }
+
+    byte[] target() {
+      byte[] t = target;
+      if (t == null) {
+        t = PushEncode.target(peer.peerId, protocol, requestId);
+        target = t;  // a race makes the same bytes twice
+      }
+      return t;
     }
   }
 
@@ -699,7 +710,7 @@ public final class CriteriaIndex {
   }
 
   /** Makes `idx` (an {@link #offline} index) the one {@link #forConfig} returns for its configuration,
-   *  as if bootstrapped: for tests of {@link CriteriaMatch} without Kafka. {@link #closeAll} forgets it. */
+   *  as if bootstrapped: for tests of {@link CriteriaFanout} without Kafka. {@link #closeAll} forgets it. */
   static void install(CriteriaIndex idx) {
     INDEXES.put(idx.config, idx);
     last = idx;

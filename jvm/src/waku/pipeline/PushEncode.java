@@ -19,8 +19,10 @@ import java.io.IOException;
  * set), 8 source_partition and 9 source_offset (the IngestRecord's Kafka coordinates in
  * waku.messages; written, zeros included, when both are given and not negative, else both left
  * out: the filter job passes nulls where its plan does not keep a source partition's order, see
- * pipeline/filter/matching.py). Null input, bytes that do not parse or a record
- * without message -> null (the filter job drops such rows before; this is a guard).
+ * pipeline/filter/matching.py), 10 targets (a fan-out's subscribers: {@link PushFanoutEncode}
+ * passes them already encoded, {@link CriteriaIndex}'s bytes of each subscriber). Null input,
+ * bytes that do not parse or a record without message -> null (the filter job drops such rows
+ * before; this is a guard).
  */
 public final class PushEncode
     implements UDF7<byte[], String, byte[], String, String, Integer, Long, byte[]> {
@@ -33,7 +35,20 @@ public final class PushEncode
   @Override
   public byte[] call(byte[] ingest, String peerId, byte[] messageHash, String protocol, String requestId,
       Integer sourcePartition, Long sourceOffset) {
-    if (ingest == null || peerId == null) {
+    if (peerId == null) {
+      return null;
+    }
+    return encode(ingest, peerId, messageHash, protocol, requestId, null, sourcePartition, sourceOffset);
+  }
+
+  /**
+   * The PushRecord of one subscriber ({@code peerId}, {@code protocol}, {@code requestId}) or of
+   * a fan-out ({@code targets}: PushRecord field 10 entries, already encoded, written as they
+   * are; {@code peerId} null).
+   */
+  static byte[] encode(byte[] ingest, String peerId, byte[] messageHash, String protocol, String requestId,
+      byte[] targets, Integer sourcePartition, Long sourceOffset) {
+    if (ingest == null) {
       return null;
     }
     boolean source = sourcePartition != null && sourceOffset != null && sourcePartition >= 0 && sourceOffset >= 0;
@@ -59,7 +74,7 @@ public final class PushEncode
     if (message == null) {
       return null;
     }
-    int size = CodedOutputStream.computeStringSize(1, peerId);
+    int size = peerId == null ? 0 : CodedOutputStream.computeStringSize(1, peerId);
     if (!topic.isEmpty()) {
       size += CodedOutputStream.computeBytesSize(2, topic);
     }
@@ -80,10 +95,15 @@ public final class PushEncode
       size += CodedOutputStream.computeInt32Size(8, sourcePartition)
           + CodedOutputStream.computeInt64Size(9, sourceOffset);
     }
+    if (targets != null) {
+      size += targets.length;
+    }
     byte[] out = new byte[size];
     CodedOutputStream cos = CodedOutputStream.newInstance(out);
     try {
-      cos.writeString(1, peerId);
+      if (peerId != null) {
+        cos.writeString(1, peerId);
+      }
       if (!topic.isEmpty()) {
         cos.writeBytes(2, topic);
       }
@@ -104,9 +124,48 @@ public final class PushEncode
         cos.writeInt32(8, sourcePartition);
         cos.writeInt64(9, sourceOffset);
       }
+      if (targets != null) {
+        cos.writeRawBytes(targets);
+      }
       cos.checkNoSpaceLeft();
     } catch (IOException e) {
       throw new IllegalStateException("PushRecord size miscomputed", e);
+    }
+    return out;
+  }
+
+  /**
+   * One subscriber as a PushRecord field 10 entry (a PushTarget: 1 peer_id, 2 protocol,
+   * 3 request_id, each left out when empty, as Python's protobuf writes them).
+   */
+  static byte[] target(String peerId, String protocol, String requestId) {
+    int inner = 0;
+    if (peerId != null && !peerId.isEmpty()) {
+      inner += CodedOutputStream.computeStringSize(1, peerId);
+    }
+    if (protocol != null && !protocol.isEmpty()) {
+      inner += CodedOutputStream.computeStringSize(2, protocol);
+    }
+    if (requestId != null && !requestId.isEmpty()) {
+      inner += CodedOutputStream.computeStringSize(3, requestId);
+    }
+    byte[] out = new byte[CodedOutputStream.computeTagSize(10) + CodedOutputStream.computeUInt32SizeNoTag(inner) + inner];
+    CodedOutputStream cos = CodedOutputStream.newInstance(out);
+    try {
+      cos.writeTag(10, com.google.protobuf.WireFormat.WIRETYPE_LENGTH_DELIMITED);
+      cos.writeUInt32NoTag(inner);
+      if (peerId != null && !peerId.isEmpty()) {
+        cos.writeString(1, peerId);
+      }
+      if (protocol != null && !protocol.isEmpty()) {
+        cos.writeString(2, protocol);
+      }
+      if (requestId != null && !requestId.isEmpty()) {
+        cos.writeString(3, requestId);
+      }
+      cos.checkNoSpaceLeft();
+    } catch (IOException e) {
+      throw new IllegalStateException("PushTarget size miscomputed", e);
     }
     return out;
   }

@@ -264,17 +264,26 @@ class CriteriaIndexTest {
   }
 
   @Test
-  void criteriaMatchAnswersFromTheIndexOfItsConfiguration() throws IOException {
-    CriteriaIndex idx = CriteriaIndex.offline("{\"ttl_s\": 300, \"topic\": \"criteria-match-test\"}");
+  void criteriaFanoutGroupsTheSubscribersOfItsConfigurationsIndexByBridge() throws IOException {
+    CriteriaIndex idx = CriteriaIndex.offline("{\"ttl_s\": 300, \"topic\": \"criteria-fanout-test\"}");
     idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_SUBSCRIBE, now(), "/a"));
+    idx.applyEvent(event("p2", "b2", CriteriaIndex.OP_SUBSCRIBE, now(), "/a"));
+    idx.applyEvent(event("p3", "b1", CriteriaIndex.OP_SUBSCRIBE, now(), "/a"));
     CriteriaIndex.install(idx);
-    List<Row> rows = new CriteriaMatch().call(TOPIC, "/a", new String(idx.config));  // an equal, other string
-    assertEquals(1, rows.size());
-    Row r = rows.get(0);
-    assertEquals(List.of("p1", "b1", "v2", "req-p1"), List.of(r.get(0), r.get(1), r.get(2), r.get(3)));
-    assertEquals(List.of(), new CriteriaMatch().call(TOPIC, "/none", idx.config));
-    assertEquals(List.of(), new CriteriaMatch().call(null, "/a", idx.config));
-    assertTrue(CriteriaIndex.stats().contains("\"criteria\":1"), CriteriaIndex.stats());
+    List<Row> rows = new CriteriaFanout().call(TOPIC, "/a", new String(idx.config));  // an equal, other string
+    assertEquals(2, rows.size());
+    assertEquals("b1", rows.get(0).get(0));
+    assertEquals(Bytes.hex(Bytes.cat(target("p1"), target("p3"))), Bytes.hex((byte[]) rows.get(0).get(1)));
+    assertEquals("b2", rows.get(1).get(0));
+    assertEquals(Bytes.hex(target("p2")), Bytes.hex((byte[]) rows.get(1).get(1)));
+    assertEquals(List.of(), new CriteriaFanout().call(TOPIC, "/none", idx.config));
+    assertEquals(List.of(), new CriteriaFanout().call(null, "/a", idx.config));
+    assertTrue(CriteriaIndex.stats().contains("\"criteria\":3"), CriteriaIndex.stats());
+  }
+
+  /** PushRecord field 10: a PushTarget of `peer` as event() subscribes it ("v2", "req-" + peer). */
+  private static byte[] target(String peer) {
+    return Bytes.len(10, Bytes.cat(Bytes.str(1, peer), Bytes.str(2, "v2"), Bytes.str(3, "req-" + peer)));
   }
 
   @Test

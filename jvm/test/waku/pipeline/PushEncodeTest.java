@@ -53,6 +53,25 @@ class PushEncodeTest {
         .toList();
   }
 
+  @TestFactory
+  List<DynamicTest> aFanoutMakesThePushRecordPythonsProtobufMakes() {
+    byte[] targets = cat(PushEncode.target("16Uiu2peer", "v2", "req-1"), PushEncode.target("16Uiu2other", "", null));
+    return Vectors.all("ingest").stream()
+        .map(v -> DynamicTest.dynamicTest(v.get("name").asText(),
+            () -> assertEquals(v.get("push_fanout").asText(), Bytes.hex(new PushFanoutEncode().call(
+                Vectors.bytes(v, "hex"), targets, HASH, SOURCE_PARTITION, SOURCE_OFFSET)))))
+        .toList();
+  }
+
+  @Test
+  void aFanoutWithoutTargetsOrIngestIsNull() {
+    byte[] ingest = cat(str(1, "/waku/2/rs/1/0"), len(2, MESSAGE));
+    assertNull(new PushFanoutEncode().call(ingest, null, HASH, 0, 0L));
+    assertNull(new PushFanoutEncode().call(ingest, new byte[0], HASH, 0, 0L));
+    assertNull(new PushFanoutEncode().call(null, PushEncode.target("p", "v2", ""), HASH, 0, 0L));
+    assertNull(new PushEncode().call(ingest, null, HASH, "v2", "", 0, 0L));
+  }
+
   @Test
   void sourceCoordinatesAreWrittenZerosIncludedOrNotAtAll() {
     byte[] ingest = cat(str(1, "/waku/2/rs/1/0"), len(2, MESSAGE));
