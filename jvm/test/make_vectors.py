@@ -1,6 +1,6 @@
 """The JVM tests' protobuf vectors: real encodings by Python's protobuf (the bridge's encoder) of
 WakuMessages, IngestRecords with the PushRecords PushEncode must make of them (without and with
-the source record's Kafka coordinates), and a
+the source record's Kafka coordinates), IngestRecords with what FilterKeys must read of them, and a
 SubscriptionEvent, with the values each holds; written to jvm/test/vectors.json.
 
     python jvm/test/make_vectors.py           # rewrite jvm/test/vectors.json
@@ -110,6 +110,46 @@ def ingests() -> list[dict[str, Any]]:
     return out
 
 
+def filter_keys() -> list[dict[str, Any]]:
+    """IngestRecords and what FilterKeys must read of each: [pubsub topic, content topic, the
+    message hash (hex) as core.message.hash_of computes it], or null (no message, no content
+    topic, not an IngestRecord)."""
+    from core.message import hash_of
+
+    pubsub = "/waku/2/rs/1/0"
+    nan_legacy = wm.WakuMessage(payload=b"n", content_topic="/t/1/n/proto", legacy_timestamp=float("nan"))
+    cases: list[tuple[str, bytes, wm.WakuMessage | None]] = []
+    for v in messages():
+        m = wm.WakuMessage.FromString(bytes.fromhex(v["hex"]))
+        rec = records.IngestRecord(pubsub_topic=pubsub, received_time=1.5, bridge_id="b1")
+        rec.message.ParseFromString(bytes.fromhex(v["hex"]))
+        cases.append((v["name"], rec.SerializeToString(), m))
+    for name, m in (("legacy_nan", nan_legacy),
+                    ("legacy_huge", wm.WakuMessage(content_topic="/t/1/h/proto", legacy_timestamp=1e300)),
+                    ("both_timestamps", wm.WakuMessage(content_topic="/t/1/b/proto", timestamp=-7,
+                                                       legacy_timestamp=2.5))):
+        rec = records.IngestRecord(pubsub_topic=pubsub)
+        rec.message.CopyFrom(m)
+        cases.append((name, rec.SerializeToString(), m))
+    # the message field twice: protobuf merges the two (content topic of the first, payload of the second)
+    first = wm.WakuMessage(content_topic="/t/1/m/proto", payload=b"one").SerializeToString()
+    second = wm.WakuMessage(payload=b"two", timestamp=9).SerializeToString()
+    merged = wm.WakuMessage.FromString(first + second)
+    split = records.IngestRecord(pubsub_topic=pubsub).SerializeToString()
+    for part in (first, second):
+        split += bytes([0x12, len(part)]) + part
+    cases.append(("message_twice", split, merged))
+    cases.append(("no_message", records.IngestRecord(pubsub_topic=pubsub).SerializeToString(), None))
+    bad_bridge = records.IngestRecord(pubsub_topic=pubsub).SerializeToString() + bytes([0x2A, 2, 0xC3, 0x28])
+    cases.append(("bridge_id_not_utf8", bad_bridge + bytes([0x12, len(first)]) + first, None))
+    cases.append(("truncated", bytes([0x0A, 5, 0x61]), None))
+    out = []
+    for name, data, m in cases:
+        keys = [pubsub, m.content_topic, hash_of(pubsub, m).hex()] if m is not None and m.content_topic else None
+        out.append({"name": name, "hex": data.hex(), "keys": keys})
+    return out
+
+
 def events() -> list[dict[str, Any]]:
     e = records.SubscriptionEvent(
         peer_id="16Uiu2peer", bridge_id="bridge-a", op=records.SUBSCRIBE, pubsub_topic="/waku/2/rs/1/0",
@@ -118,7 +158,8 @@ def events() -> list[dict[str, Any]]:
 
 
 def vectors() -> str:
-    data = {"waku_message": messages(), "ingest": ingests(), "subscription_event": events()}
+    data = {"waku_message": messages(), "ingest": ingests(), "subscription_event": events(),
+            "filter_keys": filter_keys()}
     return json.dumps(data, indent=1, ensure_ascii=True) + "\n"
 
 

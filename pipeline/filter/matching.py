@@ -8,9 +8,10 @@
   Criteria past the TTL (`last_refresh` older than filter.subscription_ttl_s at the batch's
   time) are filtered out at read time, before the subscriptions job deletes them.
 * Ephemeral messages are matched and pushed like any other.
-* No Python on the hot path: IngestRecords are decoded by the JVM UDF ProtoDecode and the
-  PushRecord bytes are built by the JVM UDF PushEncode (jvm/src/waku/pipeline/PushEncode.java),
-  which copies the WakuMessage bytes as relayed.
+* No Python on the hot path: IngestRecords are read by the JVM UDF FilterKeys (the topics and
+  the message hash, nothing else) and the PushRecord bytes are built by the JVM UDFs
+  PushFanoutEncode and PushEncode (jvm/src/waku/pipeline/), which copy the WakuMessage bytes as
+  relayed.
 * Each PushRecord carries its source record's Kafka partition and offset in waku.messages where
   the plan keeps a source partition's records in offset order to the sink (`source_ordered`):
   the bridge's pusher drops a record at or below the highest offset it already pushed to that
@@ -34,7 +35,6 @@ from pipeline.filter.criteria import fanouts, prepare_index, register_fanout, wa
 from pipeline.filter.settings import FilterJobSettings
 from pipeline.filter.subscriptions import ensure_subscriptions_table
 from pipeline.spark.kafka_io import kafka_options, read_topic_stream
-from pipeline.spark.records import decode_ingest_records
 from pipeline.spark.session import delete_path, register_java_function
 
 if TYPE_CHECKING:
@@ -48,6 +48,13 @@ log = logging.getLogger("waku.filter")
 PUSH_ENCODE_CLASS = "waku.pipeline.PushEncode"
 PUSH_ENCODE_FN = "waku_push_record"
 PUSH_FANOUT_CLASS = "waku.pipeline.PushFanoutEncode"
+FILTER_KEYS_CLASS = "waku.pipeline.FilterKeys"
+FILTER_KEYS_FN = "waku_filter_keys"
+FILTER_KEYS = T.StructType([
+    T.StructField("pubsub_topic", T.StringType()),
+    T.StructField("content_topic", T.StringType()),
+    T.StructField("message_hash", T.BinaryType()),
+])
 PUSH_FANOUT_FN = "waku_push_fanout"
 
 
@@ -113,13 +120,19 @@ def matches(messages: DataFrame, subscriptions: DataFrame, push_prefix: str,
 
 
 def message_stream(spark: SparkSession, settings: FilterJobSettings) -> DataFrame:
+    """waku.messages -> (pubsub_topic, content_topic, message_hash, raw_value, kafka_partition,
+    kafka_offset) of each IngestRecord with a message and a content topic. The JVM UDF FilterKeys
+    reads only those fields and computes the hash (the store's, pipeline/spark/columns.py)."""
     source = read_topic_stream(spark, settings.kafka, settings.messages_topic,
                                starting_offsets=settings.starting_offsets,
                                max_offsets_per_trigger=settings.max_offsets_per_trigger or None)
-    msgs = decode_ingest_records(source)
-    return msgs.where(F.col("decoded") & F.col("has_message") & F.col("content_topic").isNotNull()
-                      & (F.col("content_topic") != "")).select(
-        "pubsub_topic", "content_topic", "message_hash", "raw_value", "kafka_partition", "kafka_offset")
+    fn = register_java_function(spark, FILTER_KEYS_FN, FILTER_KEYS_CLASS,
+                                T.ArrayType(FILTER_KEYS, containsNull=False))
+    keyed = source.select(F.col("value").alias("raw_value"), F.col("partition").alias("kafka_partition"),
+                          F.col("offset").alias("kafka_offset"),
+                          F.explode(F.call_function(fn, F.col("value"))).alias("k"))
+    return keyed.select("k.pubsub_topic", "k.content_topic", "k.message_hash", "raw_value", "kafka_partition",
+                        "kafka_offset")
 
 
 def resident_matches(messages: DataFrame, config: str, push_prefix: str) -> DataFrame:

@@ -86,6 +86,11 @@ final class WireReader {
     return in.readDouble();
   }
 
+  /** The current field's value as a sint64 (wire type {@link #VARINT}, zigzag). */
+  long sint64Value() throws IOException {
+    return in.readSInt64();
+  }
+
   /** The current field's value as an enum number (wire type {@link #VARINT}). */
   int enumValue() throws IOException {
     return in.readEnum();
