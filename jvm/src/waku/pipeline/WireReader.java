@@ -9,7 +9,7 @@ import java.io.IOException;
 /**
  * The JVM side's one reader of protobuf wire format by hand: the fields of one message in the order
  * they were written, for the records read field by field without a descriptor (
- * {@link CriteriaIndex}'s SubscriptionEvent, {@link PushEncode}'s IngestRecord). {@link ProtoDecode}
+ * {@link CriteriaIndex}'s SubscriptionEvent, {@link PushEncode}'s and {@link FilterKeys}' IngestRecord). {@link ProtoDecode}
  * decodes whole messages through protobuf-java's {@code DynamicMessage} and the descriptor set
  * instead.
  *

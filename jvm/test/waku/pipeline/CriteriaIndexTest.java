@@ -281,6 +281,30 @@ class CriteriaIndexTest {
     assertTrue(CriteriaIndex.stats().contains("\"criteria\":3"), CriteriaIndex.stats());
   }
 
+  @Test
+  void aBridgeWithMoreSubscribersThanOneRecordHoldsGetsSeveralEntries() throws IOException {
+    CriteriaIndex idx = CriteriaIndex.offline("{\"ttl_s\": 300, \"topic\": \"criteria-fanout-split-test\"}");
+    int peers = 12_000;  // ~25 bytes a target: three full entries and a part
+    for (int i = 0; i < peers; i++) {
+      idx.applyEvent(event(String.format("p%05d", i), "b1", CriteriaIndex.OP_SUBSCRIBE, now(), "/a"));
+    }
+    CriteriaIndex.install(idx);
+    List<Row> rows = new CriteriaFanout().call(TOPIC, "/a", idx.config);
+    assertTrue(rows.size() > 1, "entries: " + rows.size());
+    java.io.ByteArrayOutputStream all = new java.io.ByteArrayOutputStream();
+    for (Row r : rows) {
+      assertEquals("b1", r.get(0));
+      byte[] targets = (byte[]) r.get(1);
+      assertTrue(targets.length <= CriteriaFanout.MAX_TARGET_BYTES, "entry of " + targets.length);
+      all.writeBytes(targets);
+    }
+    java.io.ByteArrayOutputStream want = new java.io.ByteArrayOutputStream();
+    for (int i = 0; i < peers; i++) {
+      want.writeBytes(target(String.format("p%05d", i)));
+    }
+    assertEquals(Bytes.hex(want.toByteArray()), Bytes.hex(all.toByteArray()));  // each once, in order
+  }
+
   /** PushRecord field 10: a PushTarget of `peer` as event() subscribes it ("v2", "req-" + peer). */
   private static byte[] target(String peer) {
     return Bytes.len(10, Bytes.cat(Bytes.str(1, peer), Bytes.str(2, "v2"), Bytes.str(3, "req-" + peer)));
