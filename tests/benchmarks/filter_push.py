@@ -10,7 +10,8 @@ connection and one SUBSCRIBE (its own content topic and a shared one); a produce
 writes PushRecords into `waku.push.<bridge id>`, each peer offered `--rate-per-peer` pushes/s
 (below filter.push_rate_per_peer, pacing the peers that read one push per stream) for
 `--duration` s; then a fan-out: one message matching every peer (one record per peer, as the
-filter job writes them), written at once.
+filter job's join with Delta `subscriptions` writes them; its resident criteria write one record
+with every peer as a target), written at once.
 
 Clients read pushes as the reference clients do: most like nwaku and js-waku (read every push of
 a stream until the bridge closes it), `--one-shot-fraction` like go-waku (read one push, close).
