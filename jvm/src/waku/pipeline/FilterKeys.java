@@ -6,8 +6,8 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF1;
 
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
@@ -67,14 +67,14 @@ public final class FilterKeys implements UDF1<byte[], List<Row>> {
           in.skip();
         }
       }
-      Row keys = message == null ? null : keys(pubsubTopic, message.toByteArray());
+      Row keys = message == null ? null : keys(pubsubTopic, message);
       return keys == null ? List.of() : List.of(keys);
     } catch (IOException e) {
       return List.of();
     }
   }
 
-  private static Row keys(String pubsubTopic, byte[] message) throws IOException {
+  private static Row keys(String pubsubTopic, ByteString message) throws IOException {
     ByteString payload = ByteString.EMPTY;
     String contentTopic = "";
     ByteString meta = ByteString.EMPTY;
@@ -100,20 +100,23 @@ public final class FilterKeys implements UDF1<byte[], List<Row>> {
       return null;
     }
     long ts = timestamp != null ? timestamp : legacy != null ? legacyNanos(legacy) : 0L;
-    byte[] topic = pubsubTopic.getBytes(StandardCharsets.UTF_8);
-    byte[] content = contentTopic.getBytes(StandardCharsets.UTF_8);
-    ByteArrayOutputStream data = new ByteArrayOutputStream(topic.length + payload.size() + content.length
-        + meta.size() + 8);
-    data.writeBytes(topic);
-    payload.writeTo(data);
-    data.writeBytes(content);
-    meta.writeTo(data);
-    for (int shift = 56; shift >= 0; shift -= 8) {
-      data.write((int) (ts >>> shift));
-    }
     MessageDigest sha = SHA256.get();
     sha.reset();
-    return RowFactory.create(pubsubTopic, contentTopic, sha.digest(data.toByteArray()));
+    sha.update(pubsubTopic.getBytes(StandardCharsets.UTF_8));
+    update(sha, payload);
+    sha.update(contentTopic.getBytes(StandardCharsets.UTF_8));
+    update(sha, meta);
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      sha.update((byte) (ts >>> shift));
+    }
+    return RowFactory.create(pubsubTopic, contentTopic, sha.digest());
+  }
+
+  /** Hashes the bytes where they are (a ByteString's buffers), not a copy of them. */
+  private static void update(MessageDigest sha, ByteString bytes) {
+    for (ByteBuffer part : bytes.asReadOnlyByteBufferList()) {
+      sha.update(part);
+    }
   }
 
   /** Spark's try_cast(seconds * 1e9 AS BIGINT) (the store's decoding): truncated, 0 when it does

@@ -45,6 +45,11 @@ final class WireReader {
     this.in = CodedInputStream.newInstance(bytes);
   }
 
+  /** Reads the bytes of a {@link ByteString} where they are (no copy to an array first). */
+  WireReader(ByteString bytes) {
+    this.in = bytes.newCodedInput();
+  }
+
   /** Moves to the next field; false at the end of the message. */
   boolean next() throws IOException {
     tag = in.readTag();
