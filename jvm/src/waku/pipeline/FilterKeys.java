@@ -112,7 +112,8 @@ public final class FilterKeys implements UDF1<byte[], List<Row>> {
     return RowFactory.create(pubsubTopic, contentTopic, sha.digest());
   }
 
-  /** Hashes the bytes where they are (a ByteString's buffers), not a copy of them. */
+  /** Hashes a ByteString's buffers one by one, without building one array of them (the digest
+   *  copies a read-only buffer through a small array of its own, reused from call to call). */
   private static void update(MessageDigest sha, ByteString bytes) {
     for (ByteBuffer part : bytes.asReadOnlyByteBufferList()) {
       sha.update(part);
