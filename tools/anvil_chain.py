@@ -89,8 +89,9 @@ class AnvilChain:
 
     def __init__(self, *, port: int = 0, chain_id: int = CHAIN_ID, min_rate_limit: int = MIN_RATE_LIMIT,
                  max_rate_limit: int = MAX_RATE_LIMIT, max_total_rate_limit: int = MAX_TOTAL_RATE_LIMIT,
-                 accounts: int = 5) -> None:
+                 accounts: int = 5, hardfork: str | None = None) -> None:
         self.port = port or free_port()
+        self.hardfork = hardfork            # Anvil's --hardfork; e.g. "berlin": no base fee, legacy transactions
         self.chain_id = chain_id
         self.bounds = (min_rate_limit, max_rate_limit, max_total_rate_limit)
         self.accounts = max(2, accounts)
@@ -129,7 +130,9 @@ class AnvilChain:
 
     def _transact(self, data: str, what: str) -> str:
         """Send a creation transaction from the deployer; the new contract's address."""
-        tx_hash = self.rpc("eth_sendTransaction", [{"from": self.deployer, "data": data}])
+        # A legacy (gas price) transaction: Anvil takes it under every hardfork.
+        tx = {"from": self.deployer, "data": data, "gasPrice": self.rpc("eth_gasPrice")}
+        tx_hash = self.rpc("eth_sendTransaction", [tx])
         deadline = time.monotonic() + 30
         while True:
             receipt = self.rpc("eth_getTransactionReceipt", [tx_hash])
@@ -152,6 +155,8 @@ class AnvilChain:
         logfile = open(self.workdir / "anvil.log", "ab")
         cmd = [str(ANVIL), "--host", "127.0.0.1", "--port", str(self.port), "--chain-id", str(self.chain_id),
                "--accounts", str(self.accounts), "--config-out", str(config)]
+        if self.hardfork:
+            cmd += ["--hardfork", self.hardfork]
         self.proc = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True, cwd=self.workdir)
         logfile.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import secrets
+import socket
 
 import eth_abi
 import pytest
@@ -114,6 +115,9 @@ def test_register_three_members(anvil, rln):
         # The new member's proof hashes up to the new root, from its rate commitment.
         leaf = hash2(field_to_uint(id_commitment), limit)
         assert root_from_proof(hash2, leaf, index, rln.merkle_proof(index)) == field_to_uint(root)
+    # Registered by EIP-1559 transactions on a chain with a base fee.
+    tx = anvil.rpc("eth_getBlockByNumber", ["latest", True])["transactions"][0]
+    assert int(tx["type"], 16) == 2 and int(tx["chainId"], 16) == anvil.chain_id
     # Every member's proof against the final root.
     final = field_to_uint(roots[-1])
     for i, (id_commitment, limit) in enumerate(members):
@@ -181,3 +185,22 @@ def test_connection_errors(anvil):
         RlnChain("http://127.0.0.1:1", anvil.contract_address, timeout_s=1)
     with pytest.raises(ChainError, match=r"not a contract address"):
         RlnChain(anvil.endpoint, "0x1234")
+    # A server that takes the connection and never answers.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(ChainError, match=rf"^{endpoint} gave no answer to eth_chainId in 0.5 s$"):
+            RlnChain(endpoint, anvil.contract_address, timeout_s=0.5)
+
+
+def test_register_on_a_chain_without_base_fee():
+    """Before London (no base fee) a registration is an EIP-155 legacy transaction."""
+    with AnvilChain(hardfork="berlin") as old:
+        rln = RlnChain(old.endpoint, old.contract_address, chain_id=old.chain_id)
+        id_commitment = new_id_commitment()
+        assert rln.register(old.private_key, id_commitment, 3) == 0
+        assert rln.register(old.private_key, new_id_commitment(), 4) == 1
+        assert rln.is_member(id_commitment) and rln.next_free_index() == 2
+        tx = old.rpc("eth_getBlockByNumber", ["latest", True])["transactions"][0]
+        assert int(tx["type"], 16) == 0 and int(tx["chainId"], 16) == old.chain_id
