@@ -147,7 +147,10 @@ def _quantity(value: Any, what: str) -> int:
 
 
 def _private_key(key: bytes | str) -> coincurve.PrivateKey:
-    raw = bytes.fromhex(key.removeprefix("0x")) if isinstance(key, str) else key
+    try:
+        raw = bytes.fromhex(key.removeprefix("0x")) if isinstance(key, str) else key
+    except ValueError:
+        raise ChainError("an Ethereum private key is 32 bytes of hex") from None
     if len(raw) != 32:
         raise ChainError("an Ethereum private key is 32 bytes")
     try:
