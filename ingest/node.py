@@ -29,7 +29,8 @@ from ingest.filter.service import FilterService
 from ingest.host import ListenError, StreamGate, build_host, check_listen_addrs, dial, listen_addrs, tls_server_context
 from ingest.identity import enr_state_file, is_secp256k1, load_identity, peer_id_of
 from ingest.kafka_producer import IngestProducer, ProducerSettings
-from ingest.lightpush.protocol import Accepted, PushContext
+from ingest.lightpush.codec import INVALID_MESSAGE, OUT_OF_RLN_PROOF
+from ingest.lightpush.protocol import Accepted, PushContext, Refused
 from ingest.lightpush.service import LightpushService
 from ingest.metadata.service import MetadataService
 from ingest.metrics import DROP_REASONS, BridgeMetrics
@@ -39,6 +40,7 @@ from ingest.relay.codec import Reject
 from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
 from ingest.rest.cache import MessageCache
+from ingest.rln.service import OutOfProofs, RlnError, RlnRefused, RlnRelay
 from ingest.settings import BridgeSettings, node_shards
 from ingest.store.server import StoreServer
 from schemas import pipeline_records_pb2 as pr
@@ -105,6 +107,7 @@ class Bridge:
         self.filter: FilterService | None = None  # the filter service, when settings.filter is set
         self.metadata: MetadataService | None = None
         self.lightpush: LightpushService | None = None
+        self.rln: RlnRelay | None = None  # RLN-v2 relay (settings.rln)
         # The REST API's relay message cache (settings.rest): accepted messages of its topics.
         self.rest_cache: MessageCache | None = None
         self.rest_url: str | None = None
@@ -151,12 +154,18 @@ class Bridge:
         self.host = host = build_host(self.key_pair, self.listen_addrs, tls_server=tls, announce=s.announce,
                                       stream_gate=gate)
         self.stream_gate = gate
+        if s.rln is not None:  # keystore, membership and the zk key checked before anything listens
+            try:
+                self.rln = RlnRelay.open(s.rln, registry=self.metrics.registry)
+            except RlnError as exc:
+                raise BridgeError(str(exc)) from None
         self.router, self.pubsub = new_relay(
             host, validator=WakuMessageValidator(s.limits), sink=self._sink, observer=self.metrics,
             max_rpc_bytes=s.max_rpc_bytes, max_messages_per_rpc=s.relay_max_messages_per_rpc,
             out_rate_per_peer=s.relay_out_rate_per_peer, out_burst_per_peer=s.relay_out_burst_per_peer,
             receive_window=s.relay_receive_window_bytes,
         )
+        self.pubsub.async_check = self.rln
         if s.store is not None:  # /vac/waku/store/2.0.0-beta2, answered from the Delta store
             self.store = StoreServer.start(host, s.store, self.metrics.registry)
         producer_settings = ProducerSettings(
@@ -211,7 +220,8 @@ class Bridge:
                                       lambda data: check_message(data, s.limits))
                     self.lightpush = LightpushService(host, ctx, store=self._store_pushed, relay=self._relay,
                                                       registry=self.metrics.registry,
-                                                      per_peer_per_s=s.lightpush_per_peer_per_s)
+                                                      per_peer_per_s=s.lightpush_per_peer_per_s,
+                                                      rln=self._rln_pushed if self.rln is not None else None)
                     self.lightpush.mount()
                 if self.settings.peer_exchange_enabled:
                     self.peer_exchange = PeerExchangeService(
@@ -219,6 +229,8 @@ class Bridge:
                         per_s=self.settings.peer_exchange_per_s, registry=self.metrics.registry)
                     self.peer_exchange.mount()
                 nursery.start_soon(self._keep_dialled)
+                if self.rln is not None:
+                    nursery.start_soon(self.rln.run)
                 if self.discv5 is not None:
                     if self.enr is not None:
                         nursery.start_soon(self.discv5.run)
@@ -351,11 +363,55 @@ class Bridge:
             ingest_value(topic, accepted.data, time.time(), self.bridge_id, pr.LIGHTPUSH),
             time.perf_counter(), self.settings.lightpush_timeout_s)
 
+    async def _rln_pushed(self, accepted: Accepted) -> Accepted | Refused:
+        """A lightpushed message on an RLN topic (nwaku 0.37's rule): one without a proof gets
+        ours (rln.prove_lightpush; 504 OUT_OF_RLN_PROOF when this epoch's are spent), then every
+        proof is validated as relay validates (420 when it fails)."""
+        rln = self.rln
+        if rln is None or not rln.applies(accepted.pubsub_topic):
+            return accepted
+        msg = accepted.message
+        if not msg.rate_limit_proof:
+            if not (rln.settings.prove_lightpush and rln.can_prove):
+                return Refused(accepted.request_id, INVALID_MESSAGE, "the message has no RLN proof")
+            try:
+                msg = await rln.attach(msg)
+            except OutOfProofs as exc:
+                return Refused(accepted.request_id, OUT_OF_RLN_PROOF, str(exc))
+        reason = await rln.validate(accepted.pubsub_topic, msg)
+        if reason is not None:
+            return Refused(accepted.request_id, INVALID_MESSAGE, f"RLN validation failed: {reason.value}")
+        if msg is accepted.message:
+            return accepted
+        return Accepted(accepted.request_id, accepted.pubsub_topic, msg.SerializeToString(), msg)
+
+    async def prepare_own(self, topic: str, message: WakuMessage, data: bytes) -> tuple[WakuMessage, bytes]:
+        """A message of our own on an RLN topic: proved from our membership (when it has no proof)
+        and validated as a peer's would be (its nullifier recorded); RlnRefused otherwise."""
+        rln = self.rln
+        if rln is None or not rln.applies(topic):
+            return message, data
+        if not message.rate_limit_proof:
+            if not rln.can_prove:
+                raise RlnRefused("error appending RLN proof to message: this node has no RLN membership "
+                                 "(rln.keystore_path)", 500)
+            try:
+                message = await rln.attach(message)
+            except OutOfProofs as exc:
+                raise RlnRefused(f"error appending RLN proof to message: {exc}", 500) from None
+            data = message.SerializeToString()
+        reason = await rln.validate(topic, message)
+        if reason is not None:
+            raise RlnRefused(f"RLN validation failed: {reason.value}", 400)
+        return message, data
+
     async def publish(self, topic: str, message: WakuMessage, data: bytes) -> int | None:
-        """A message of our own (the REST API's relay publish): into Kafka (source relay, as the
-        store keeps what the node relays), then on relay. The number of relay peers it went to;
-        None when Kafka did not acknowledge it within lightpush_timeout_s (not relayed)."""
+        """A message of our own (the REST API's relay publish): proved and checked on an RLN
+        topic (RlnRefused), into Kafka (source relay, as the store keeps what the node
+        relays), then on relay. The number of relay peers it went to; None when Kafka did not
+        acknowledge it within lightpush_timeout_s (not relayed)."""
         assert self.producer is not None
+        message, data = await self.prepare_own(topic, message, data)
         stored = await self.producer.put_acked(
             ingest_key(topic, message), ingest_value(topic, data, time.time(), self.bridge_id, pr.RELAY),
             time.perf_counter(), self.settings.lightpush_timeout_s)

@@ -19,6 +19,7 @@ from ingest.identity import IdentityError, key_from_hex
 from ingest.metadata.protocol import NodeShards
 from ingest.relay.codec import Limits
 from ingest.rest.settings import RestSettings
+from ingest.rln.settings import RlnSettings
 from ingest.store.server import StoreServiceSettings
 
 
@@ -66,6 +67,7 @@ class BridgeSettings:
     peer_exchange_enabled: bool = True
     peer_exchange_per_s: float = 5.0
     discv5: Discv5Settings | None = None  # discv5 (bridge.discv5_port >= 0); None: off
+    rln: RlnSettings | None = None  # RLN-v2 relay ([rln]); None: off
 
     @classmethod
     def from_config(cls, config: Config) -> BridgeSettings:
@@ -172,6 +174,7 @@ class BridgeSettings:
             peer_exchange_enabled=b["peer_exchange_enabled"],
             peer_exchange_per_s=max(0.0, b["peer_exchange_per_s"]),
             discv5=discv5,
+            rln=RlnSettings.from_config(config, cluster),
         )
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set everything up from nothing, idempotently: system packages, .venv, JVM jars, the JVM
-# protobuf decoder; with --with-interop also the reference Waku clients the interop tests run
+# protobuf decoder, the RLN library (Rust, crates.io); with --with-interop also the reference Waku clients the interop tests run
 # (go-waku from the Go module proxy, js-waku from npm) and SeaweedFS, the S3 server of the object
 # storage tests (Go module proxy). Safe to run again; it only does what is
 # missing or changed. Every failure ends with one line starting "error:".
@@ -62,7 +62,11 @@ fi
 # 4. The JVM protobuf decoder (stands in for spark-protobuf, see docs/decisions.md).
 PYTHON=.venv/bin/python bash jvm/build.sh "$REPO/.cache/jars/spark" || exit 2
 
-# 5. Reference clients for tests/interop (make test): go-waku v0.10.0 built with Go (cgo), and
+# 5. The RLN library (native/waku_rln: zerokit's rln crate from crates.io, built with cargo and
+#    maturin into .venv; the bridge validates and makes RLN-v2 proofs with it, docs/rln.md).
+bash scripts/build_rln.sh || exit 2
+
+# 6. Reference clients for tests/interop (make test): go-waku v0.10.0 built with Go (cgo), and
 #    js-waku (@waku/sdk, with its own Node 22 from npm); and Debian's chromium, in which
 #    tests/integration/test_dashboard.py opens the ops dashboard headless.
 if [ "${1:-}" = "--with-interop" ]; then
@@ -70,6 +74,8 @@ if [ "${1:-}" = "--with-interop" ]; then
   command -v go >/dev/null || die "Go not found: the interop tests build go-waku with Go >= 1.24 (install Go, or put it on PATH)"
   command -v gcc >/dev/null || apt_install gcc
   command -v npm >/dev/null || apt_install npm
+  # Anvil and our WakuRlnV2Local contract (npm): the local chain of the RLN tests (docs/rln.md).
+  bash scripts/build_rln_chain.sh || exit 2
   say "reference clients for the interop tests (go-waku, js-waku)"
   bash tests/interop/go/build.sh >/dev/null || exit 2
   # go-waku's own node (cmd/waku) for tests/interop/test_rest_gowaku.py: a first build takes

@@ -39,8 +39,11 @@ class LightpushService:
 
     def __init__(self, host: IHost, ctx: PushContext, *, store: Callable[[Accepted], Awaitable[bool]],
                  relay: Callable[[str, bytes], Awaitable[int]], registry: CollectorRegistry | None = None,
-                 per_peer_per_s: float = 0.0) -> None:
+                 per_peer_per_s: float = 0.0,
+                 rln: Callable[[Accepted], Awaitable[Accepted | Refused]] | None = None) -> None:
         self.host = host
+        # RLN (the node's): a message on an RLN topic proved or refused before it is stored.
+        self.rln = rln
         self.per_peer = PeerBuckets(per_peer_per_s, 2 * per_peer_per_s)
         self.ctx = ctx
         self.store = store
@@ -77,6 +80,12 @@ class LightpushService:
         if isinstance(decision, Refused):
             log.debug("lightpush: request %s refused: %d %s", decision.request_id, decision.code, decision.detail)
             return decision.code, decision.detail, None
+        if self.rln is not None:
+            checked = await self.rln(decision)
+            if isinstance(checked, Refused):
+                log.debug("lightpush: request %s refused: %d %s", checked.request_id, checked.code, checked.detail)
+                return checked.code, checked.detail, None
+            decision = checked
         if not await self.store(decision):
             return codec.SERVICE_NOT_AVAILABLE, "the message could not be stored (Kafka did not acknowledge it)", None
         try:

@@ -37,6 +37,14 @@ class Reject(enum.StrEnum):
     EMPTY_CONTENT_TOPIC = "empty_content_topic"
     META_TOO_LONG = "meta_too_long"
     MALFORMED_RPC = "malformed_rpc"              # the pubsub RPC frame itself did not parse
+    # RLN-v2 (ingest/rln/rules.RlnReject: the same values, tests/unit/test_rln_rules.py)
+    RLN_MISSING = "rln_missing"
+    RLN_DECODE = "rln_decode"
+    RLN_CLOCK = "rln_clock"
+    RLN_EPOCH = "rln_epoch"
+    RLN_ROOT = "rln_root"
+    RLN_PROOF = "rln_proof"
+    RLN_SPAM = "rln_spam"
 
 
 def relay_message_id(data: bytes) -> bytes:

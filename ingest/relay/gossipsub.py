@@ -119,6 +119,15 @@ class RelaySink(Protocol):
     ) -> Awaitable[None]: ...
 
 
+class AsyncCheck(Protocol):
+    """A message check that waits (RLN, ingest/rln/service.RlnRelay): `validate` gives None
+    when the message may be relayed, else its rejection reason (a `Reject` value)."""
+
+    def applies(self, topic: str) -> bool: ...
+
+    def validate(self, topic: str, message: WakuMessage, /) -> Awaitable[str | None]: ...
+
+
 class _RateLimitedWarning:
     """One warning per interval with the number of events it stands for."""
 
@@ -376,6 +385,9 @@ class RelayPubsub(Pubsub):
         self.seen_messages.stop()  # 0.8.1's LastSeenCache and its sweeping thread
         self.seen_messages = SeenCache(SEEN_TTL_S)  # type: ignore[assignment]
         self.validator = validator or WakuMessageValidator()
+        # A check that waits (RLN's zkSNARK verification, off the trio loop): messages from peers
+        # on the topics it applies to, after the synchronous rules; set by the node.
+        self.async_check: AsyncCheck | None = None
         self.sink = sink
         self.observer = observer or router.observer
         self.outbound_queue_rpcs = outbound_queue_rpcs
@@ -429,6 +441,16 @@ class RelayPubsub(Pubsub):
             self.observer.on_duplicate(topic)
             return
         waku_msg, reason = self._validate(msg_forwarder, msg)
+        if reason is None and self.async_check is not None and msg_forwarder != self.my_id:
+            assert waku_msg is not None
+            checked = [t for t in topics if self.async_check.applies(t)]
+            if checked:
+                # Seen from now on (nim-libp2p marks a message seen before validating it): a copy
+                # from another peer during the check is a duplicate, not a second use of its
+                # RLN nullifier. A rejected message stays seen.
+                self.seen_messages.mark(mid)  # type: ignore[attr-defined]
+                refused = await self.async_check.validate(checked[0], waku_msg)
+                reason = Reject(refused) if refused is not None else None
         if reason is not None:
             self.observer.on_rejected(reason)
             scorer = self.router.scorer  # type: ignore[attr-defined]

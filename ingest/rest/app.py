@@ -41,6 +41,7 @@ from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter
 from ingest.rest import codec
 from ingest.rest.cache import MessageCache
 from ingest.rest.settings import RestSettings
+from ingest.rln.service import RlnRefused
 from ingest.settings import BridgeSettings, parse_peer
 from ingest.store.client import StoreClient
 from ingest.store.server import StoreServer
@@ -250,7 +251,10 @@ class Api:
         if reason is not None:
             return text(400, f"{prefix}: {reason.replace('_', ' ')}")
         with trio.move_on_after(self.settings.request_timeout_s + self.node.settings.lightpush_timeout_s):
-            peers = await self.node.publish(topic, checked or msg, data)
+            try:
+                peers = await self.node.publish(topic, checked or msg, data)
+            except RlnRefused as exc:
+                return text(exc.status, f"{prefix}: {exc}")
             if peers is None:
                 return text(503, f"{prefix}: the message could not be stored (Kafka did not acknowledge it)")
             self.cache.add(topic, checked or msg)

@@ -47,7 +47,7 @@ def test_lightpush_stores_relays_and_refuses(kafka, tmp_path):
     create_topic(kafka, topic)
     cfg = load_config([f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}",
                        f"bridge.key_file={tmp_path / 'key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
-                       "bridge.ws_port=-1", "bridge.metrics_port=-1", "bridge.cluster_id=1",
+                       "bridge.ws_port=-1", "bridge.metrics_port=-1", "bridge.cluster_id=1", "rln.enabled=false",
                        "bridge.pubsub_topics=", "bridge.all_shards=true", "filter.enabled=false",
                        "store_service.enabled=false"], environ={})
     metrics = BridgeMetrics()

@@ -336,7 +336,7 @@ def test_bridge_answers_lightpushed_messages_from_kafka_with_no_store_job(kafka,
     shard = f"/waku/2/rs/1/{autoshard(ct, 8)}"
     cfg = load_config([f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}",
                        f"bridge.key_file={tmp_path / 'key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
-                       "bridge.ws_port=-1", "bridge.metrics_port=-1", "bridge.cluster_id=1",
+                       "bridge.ws_port=-1", "bridge.metrics_port=-1", "bridge.cluster_id=1", "rln.enabled=false",
                        "bridge.pubsub_topics=", "bridge.all_shards=true", "filter.enabled=false",
                        f"warehouse.root={tmp_path / 'wh'}", f"warehouse.checkpoints={tmp_path / 'cp'}",
                        "store_service.max_queries_per_peer_per_s=0"], environ={})

@@ -54,7 +54,7 @@ def test_stream_caps_per_peer_and_total(kafka, tmp_path):
     create_topic(kafka, topic)
     cfg = load_config([f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}",
                        f"bridge.key_file={tmp_path / 'key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
-                       "bridge.ws_port=-1", "bridge.metrics_port=-1", "bridge.cluster_id=1",
+                       "bridge.ws_port=-1", "bridge.metrics_port=-1", "bridge.cluster_id=1", "rln.enabled=false",
                        "bridge.pubsub_topics=", "bridge.all_shards=true", "filter.enabled=false",
                        "store_service.enabled=false", f"bridge.max_streams_per_peer={PER_PEER}",
                        f"bridge.max_streams_total={TOTAL}"], environ={})

@@ -73,7 +73,7 @@ def ws_and_wss(interop: Interop, tmp_path_factory):
         f"warehouse.root={root / 'warehouse'}", f"warehouse.checkpoints={root / 'checkpoints'}",
         f"bridge.key_file={root / 'bridge.key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
         f"bridge.ws_port={ws_port}", f"bridge.wss_port={wss_port}", f"bridge.tls_cert_file={cert}",
-        f"bridge.tls_key_file={key}", "bridge.metrics_port=-1", f"bridge.cluster_id={CLUSTER}",
+        f"bridge.tls_key_file={key}", "bridge.metrics_port=-1", f"bridge.cluster_id={CLUSTER}", "rln.enabled=false",
         f"bridge.num_shards_in_cluster={SHARDS}", "bridge.pubsub_topics=", "bridge.all_shards=true",
         "filter.enabled=false", "store_service.enabled=false",
     ]

@@ -77,7 +77,7 @@ def test_rest_side_by_side_with_gowaku(kafka, tmp_path):
     ours = start_bridge([
         f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}", f"bridge.key_file={tmp_path / 'key'}",
         "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1", "bridge.metrics_port=-1",
-        "bridge.cluster_id=1", "bridge.pubsub_topics=", "bridge.all_shards=true",
+        "bridge.cluster_id=1", "rln.enabled=false", "bridge.pubsub_topics=", "bridge.all_shards=true",
         f"warehouse.root={tmp_path / 'wh'}", f"warehouse.checkpoints={tmp_path / 'cp'}",
         f"topics.subscriptions=test.rest.gowaku.subs.{uuid.uuid4().hex[:8]}",
         "rest.enabled=true", "rest.port=0", "rest.admin=true"], log=open(tmp_path / "bridge.log", "w"))

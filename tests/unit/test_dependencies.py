@@ -16,6 +16,8 @@ OURS = {"core", "ingest", "pipeline", "jobs", "tools", "schemas", "tests"}
 PRODUCT = ("core", "ingest", "pipeline", "jobs", "tools", "schemas")
 # Developer tools inside product packages: their imports belong to the `dev` extra.
 DEV_TOOLS = {"schemas/generate.py"}
+# The project's own native extensions, built by scripts/setup.sh from native/<name> (not on PyPI).
+NATIVE = {"waku_rln"}
 
 
 def _norm(name: str) -> str:
@@ -57,6 +59,8 @@ def _undeclared(imports: dict[str, set[str]], declared: set[str]) -> list[str]:
     dists = md.packages_distributions()
     missing = []
     for module, files in sorted(imports.items()):
+        if module in NATIVE and (REPO / "native" / module).is_dir():
+            continue
         names = dists.get(module)
         if names is None:
             # A sibling module of the importing script (tests/benchmarks import each other).
