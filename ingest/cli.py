@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ingest.filter.client import add_filter_command
     add_filter_command(sub)  # waku-bridge filter: the filter client (docs/filter-service.md)
+    from ingest.rln.register import add_keystore_command
+    add_keystore_command(sub)  # waku-bridge rln-keystore: RLN credentials (docs/rln.md)
     return parser
 
 

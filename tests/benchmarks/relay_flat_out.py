@@ -107,7 +107,8 @@ def stack_overrides(tmp: Path, kafka_port: int, metrics_port: int, topic: str) -
         f"warehouse.root={tmp / 'warehouse'}", f"warehouse.checkpoints={tmp / 'var' / 'checkpoints'}",
         f"bridge.key_file={tmp / 'bridge.key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
         "bridge.ws_port=-1", f"bridge.metrics_port={metrics_port}",
-        "bridge.cluster_id=1", "rln.enabled=false", "bridge.num_shards_in_cluster=8", "bridge.pubsub_topics=", "bridge.all_shards=true",
+        "bridge.cluster_id=1", "rln.enabled=false", "bridge.num_shards_in_cluster=8", "bridge.pubsub_topics=",
+        "bridge.all_shards=true",
         f"job_metrics.store_port={free_port()}", f"job_metrics.subscriptions_port={free_port()}",
         f"job_metrics.filter_port={free_port()}", f"dashboard.port={free_port()}",
         f"rest.port={free_port()}",  # local_run turns the REST API on (nwaku's port 8645 by default)

@@ -181,7 +181,8 @@ def env(cluster: KafkaCluster, spark, tmp_path_factory) -> Iterator[Env]:
         f"warehouse.root={root / 'warehouse'}", f"warehouse.checkpoints={root / 'checkpoints'}",
         "spark.master=local[2]", "spark.shuffle_partitions=2",
         "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1", "bridge.metrics_port=-1",
-        f"bridge.cluster_id={CLUSTER}", "rln.enabled=false", f"bridge.num_shards_in_cluster={SHARDS}", "bridge.pubsub_topics=",
+        f"bridge.cluster_id={CLUSTER}", "rln.enabled=false", f"bridge.num_shards_in_cluster={SHARDS}",
+        "bridge.pubsub_topics=",
         "bridge.all_shards=true", "bridge.redial_interval_s=2",
         "filter.trigger_seconds=0.2", "filter.subscriptions_trigger_seconds=0.2",
         *BATCH_AT_EVERY_TRIGGER,  # the tests wait for the tables

@@ -107,7 +107,8 @@ def test_wss_listener_and_announced_addresses(kafka, tmp_path):
     cfg = load_config([f"kafka.bootstrap_servers={kafka}", f"bridge.key_file={tmp_path / 'key'}",
                        "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1",
                        f"bridge.wss_port={wss_port}", f"bridge.tls_cert_file={cert}", f"bridge.tls_key_file={key}",
-                       f"bridge.announce={announce}", "bridge.metrics_port=-1", "bridge.cluster_id=1", "rln.enabled=false",
+                       f"bridge.announce={announce}", "bridge.metrics_port=-1", "bridge.cluster_id=1",
+                       "rln.enabled=false",
                        "bridge.pubsub_topics=/waku/2/rs/1/4", "filter.enabled=false",
                        "store_service.enabled=false"], environ={})
     bridge = Bridge(BridgeSettings.from_config(cfg), out=open("/dev/null", "w"))

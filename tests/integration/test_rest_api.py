@@ -67,7 +67,8 @@ def start_rest_bridge(kafka: str, tmp_path, name: str, *extra: str) -> Node:
     proc = start_bridge([
         f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}", f"bridge.key_file={tmp_path / name / 'key'}",
         "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1", "bridge.metrics_port=-1",
-        "bridge.cluster_id=1", "rln.enabled=false", "bridge.pubsub_topics=", "bridge.all_shards=true", "filter.enabled=false",
+        "bridge.cluster_id=1", "rln.enabled=false", "bridge.pubsub_topics=", "bridge.all_shards=true",
+        "filter.enabled=false",
         f"warehouse.root={tmp_path / name / 'wh'}", f"warehouse.checkpoints={tmp_path / name / 'cp'}",
         "rest.enabled=true", "rest.port=0", "rest.max_body_bytes=300000", *extra], log=log)
     line = wait_for("the rest api line", lambda: next((x for x in proc.lines if x.startswith("rest api on ")), None))

@@ -10,13 +10,13 @@ The Merkle tree's hash is recomputed in Python through the chain's own PoseidonT
 """
 from __future__ import annotations
 
-import importlib
 import secrets
 import socket
 
 import eth_abi
 import pytest
 
+from ingest.rln import zk
 from ingest.rln.chain import FIELD_MODULUS, ChainError, RlnChain, field_to_uint, selector, uint_to_field
 from tools.anvil_chain import ANVIL, ARTEFACT, BUILD, AnvilChain, built
 
@@ -52,14 +52,9 @@ def chain_poseidon(anvil: AnvilChain):
 
 
 def zerokit_poseidon():
-    """Poseidon(a, b) by zerokit (waku_rln), over uint256s; None while it is not importable."""
-    try:
-        waku_rln = importlib.import_module("waku_rln")  # the zerokit extension, built apart
-    except ImportError:
-        return None
-
+    """Poseidon(a, b) by zerokit (ingest/rln/zk.py over waku_rln), over uint256s."""
     def hash2(a: int, b: int) -> int:
-        return field_to_uint(waku_rln.poseidon_hash([uint_to_field(a), uint_to_field(b)]))
+        return field_to_uint(zk.poseidon([uint_to_field(a), uint_to_field(b)]))
     return hash2
 
 
@@ -130,9 +125,6 @@ def test_proofs_with_zerokit_poseidon(anvil, rln):
     """The chain's tree is the one zerokit hashes: leaves Poseidon(idCommitment, limit) and the
     root from each member's proof, all by waku_rln."""
     zerokit = zerokit_poseidon()
-    if zerokit is None:
-        pytest.skip("waku_rln (the zerokit extension) is not importable yet: "
-                    "roots are checked with the chain's PoseidonT3 only (test_register_three_members)")
     assert zerokit(1, 2) == POSEIDON_1_2
     members = []
     for limit in (1, 7):

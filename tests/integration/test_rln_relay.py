@@ -28,7 +28,15 @@ from ingest.publisher import Publisher
 from ingest.rln import keystore, zk
 from ingest.rln.keystore import MembershipCredential
 from ingest.rln.membership import StaticMembership
-from ingest.rln.rules import DEFAULT_RLN_IDENTIFIER, HASHED, encode_proof, epoch_bytes, epoch_of, external_nullifier, signal
+from ingest.rln.rules import (
+    DEFAULT_RLN_IDENTIFIER,
+    HASHED,
+    encode_proof,
+    epoch_bytes,
+    epoch_of,
+    external_nullifier,
+    signal,
+)
 from ingest.rln.service import RlnRefused
 from ingest.settings import BridgeSettings
 from schemas import lightpush_pb2 as lp
@@ -135,7 +143,7 @@ def test_rln_relay_two_bridges(kafka, tmp_path):
         async with trio.open_nursery() as nursery:
             await nursery.start(a.run)
             await nursery.start(b.run)
-            a_addr, b_addr = str(a.addrs[0]), str(b.addrs[0])
+            a_addr = str(a.addrs[0])
             a_id = info_from_p2p_addr(multiaddr.Multiaddr(a_addr)).peer_id
             relay_peer = Publisher()
             async with relay_peer.running([SHARD]):

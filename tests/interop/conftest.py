@@ -207,7 +207,8 @@ def interop(config: Config, kafka: str, spark, tmp_path_factory) -> Iterator[Int
         "spark.master=local[2]", "spark.shuffle_partitions=2",
         f"bridge.key_file={root / 'bridge.key'}", "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0",
         f"bridge.ws_port={ws_port}", "bridge.metrics_port=-1",
-        f"bridge.cluster_id={CLUSTER}", "rln.enabled=false", f"bridge.num_shards_in_cluster={SHARDS}", "bridge.pubsub_topics=",
+        f"bridge.cluster_id={CLUSTER}", "rln.enabled=false", f"bridge.num_shards_in_cluster={SHARDS}",
+        "bridge.pubsub_topics=",
         "bridge.all_shards=true",
         "filter.trigger_seconds=0.2", "filter.subscriptions_trigger_seconds=0.2",
         *BATCH_AT_EVERY_TRIGGER,  # the tests wait for the tables

@@ -45,7 +45,8 @@ def test_enr_and_peer_exchange_with_go_waku(kafka, tmp_path):
         bridge = start_bridge([
             f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}", f"bridge.key_file={tmp_path / 'key'}",
             "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", f"bridge.ws_port={ws_port}",
-            "bridge.metrics_port=-1", f"bridge.cluster_id={CLUSTER}", "rln.enabled=false", "bridge.pubsub_topics=", "bridge.all_shards=true",
+            "bridge.metrics_port=-1", f"bridge.cluster_id={CLUSTER}", "rln.enabled=false", "bridge.pubsub_topics=",
+            "bridge.all_shards=true",
             "store_service.enabled=false", "filter.enabled=false", "bridge.enr_udp_port=9000",
             f"bridge.static_peers={ready['enr']}",
         ], log=log, env={"WAKU_CONFIG": ""})
@@ -135,7 +136,8 @@ def test_discv5_with_gowaku_nodes(kafka, tmp_path):
     bridge = start_bridge([
         f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}", f"bridge.key_file={tmp_path / 'key'}",
         "bridge.listen_host=127.0.0.1", "bridge.tcp_port=0", "bridge.ws_port=-1",
-        f"bridge.metrics_port={metrics_port}", "bridge.metrics_host=127.0.0.1", f"bridge.cluster_id={CLUSTER}", "rln.enabled=false",
+        f"bridge.metrics_port={metrics_port}", "bridge.metrics_host=127.0.0.1", f"bridge.cluster_id={CLUSTER}",
+        "rln.enabled=false",
         "bridge.pubsub_topics=", "bridge.all_shards=true", "store_service.enabled=false", "filter.enabled=false",
         "bridge.discv5_port=0", "bridge.discv5_lookup_interval_s=2",
     ], log=log, env={"WAKU_CONFIG": ""})

@@ -119,7 +119,8 @@ def test_bridge_keeps_relay_peers_of_its_cluster_and_shards(tmp_path):
     from ingest.node import Bridge
     from ingest.settings import BridgeSettings
 
-    cfg = load_config([f"bridge.key_file={tmp_path / 'k'}", "bridge.cluster_id=1", "rln.enabled=false", "bridge.pubsub_topics=",
+    cfg = load_config([f"bridge.key_file={tmp_path / 'k'}", "bridge.cluster_id=1", "rln.enabled=false",
+                       "bridge.pubsub_topics=",
                        "bridge.all_shards=true", "bridge.discv5_port=0"], environ={})
     bridge = Bridge(BridgeSettings.from_config(cfg), key_pair=key_from_hex("11" * 32))
 

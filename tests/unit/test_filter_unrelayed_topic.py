@@ -53,7 +53,8 @@ def test_v00_subscribe_on_an_unrelayed_topic_is_refused():
 
 
 def test_bridge_settings_give_the_filter_its_relayed_topics():
-    cfg = load_config(["bridge.cluster_id=1", "rln.enabled=false", "rln.enabled=false", "bridge.num_shards_in_cluster=8", "bridge.pubsub_topics=",
+    cfg = load_config(["bridge.cluster_id=1", "rln.enabled=false", "rln.enabled=false",
+                       "bridge.num_shards_in_cluster=8", "bridge.pubsub_topics=",
                        "bridge.all_shards=true"], environ={})
     s = BridgeSettings.from_config(cfg)
     assert s.filter is not None

@@ -55,16 +55,18 @@ def test_autosharding_matches_the_reference_nodes():
 
 
 def test_bridge_announces_the_shards_it_joined():
-    cfg = load_config(["bridge.cluster_id=1", "rln.enabled=false", "rln.enabled=false", "bridge.pubsub_topics=", "bridge.all_shards=true"], environ={})
+    cfg = load_config(["bridge.cluster_id=1", "rln.enabled=false", "bridge.pubsub_topics=", "bridge.all_shards=true"],
+                       environ={})
     s = BridgeSettings.from_config(cfg)
     assert s.pubsub_topics == tuple(f"/waku/2/rs/1/{i}" for i in range(8))
     assert node_shards(s) == NodeShards(1, tuple(range(8)))
     s = BridgeSettings.from_config(load_config(
-        ["bridge.cluster_id=1", "rln.enabled=false", "rln.enabled=false", "bridge.pubsub_topics=/waku/2/rs/1/5,/waku/2/rs/1/2"], environ={}))
+        ["bridge.cluster_id=1", "rln.enabled=false", "bridge.pubsub_topics=/waku/2/rs/1/5,/waku/2/rs/1/2"], environ={}))
     assert node_shards(s) == NodeShards(1, (2, 5))
     assert node_shards(BridgeSettings.from_config(load_config([], environ={}))) == NodeShards(0, ())
     with pytest.raises(ConfigError, match="not a shard of bridge.cluster_id 1"):
-        BridgeSettings.from_config(load_config(["bridge.cluster_id=1", "rln.enabled=false", "rln.enabled=false", "bridge.pubsub_topics=/waku/2/rs/2/0"],
+        BridgeSettings.from_config(load_config(["bridge.cluster_id=1", "rln.enabled=false",
+                                                "bridge.pubsub_topics=/waku/2/rs/2/0"],
                                                environ={}))
     with pytest.raises(ConfigError, match="bridge.cluster_id"):
         BridgeSettings.from_config(load_config(["bridge.cluster_id=70000"], environ={}))
