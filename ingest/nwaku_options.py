@@ -382,7 +382,7 @@ class _Mapper:
             return
         value = self.v.raw.get(name, ("", ""))[0]
         shown = ",".join(value) if isinstance(value, list) else value
-        self.errors.append(f"--{name}={shown}: {why}")
+        self.errors.append(f"--{name}={shown}: {why}" if shown else f"--{name}: {why}")
 
     def ignore(self, name: str, why: str) -> None:
         self.ignored.append(f"--{name}: ignored, {why}")
