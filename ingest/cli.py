@@ -67,6 +67,11 @@ def run_config(args: argparse.Namespace, environ: Mapping[str, str] | None = Non
     """`waku-bridge run`'s configuration: our layers (conf/pipeline.toml, --config, WAKU_*), then
     nwaku's options (the words argparse did not know, WAKUNODE2_*, nwaku's --config-file), then
     our --set, which wins over both."""
+    return _run_config(args, environ)[0]
+
+
+def _run_config(args: argparse.Namespace, environ: Mapping[str, str] | None) -> tuple[Config, str | None]:
+    """The configuration and nwaku's --log-level (a logging level name, or None)."""
     env = os.environ if environ is None else environ
     ours = load_config(args.overrides, args.config, env)
     base: dict[str, Any] = {key: ours.get(key) for key in BASE_DEFAULTS}
@@ -75,11 +80,9 @@ def run_config(args: argparse.Namespace, environ: Mapping[str, str] | None = Non
         raise NwakuOptionError("\n".join(nwaku.errors))
     for line in nwaku.ignored:
         log.info("nwaku option %s", line)
-    if nwaku.log_level:
-        _set_log_level(nwaku.log_level, args.verbose)
     if not nwaku.overrides:
-        return ours
-    return load_config([*nwaku.overrides, *args.overrides], args.config, env)
+        return ours, nwaku.log_level
+    return load_config([*nwaku.overrides, *args.overrides], args.config, env), nwaku.log_level
 
 
 def bridge_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> BridgeSettings:
@@ -107,7 +110,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         except PackageNotFoundError:
             print("waku-pipeline (not installed)")
         return 0
-    settings = BridgeSettings.from_config(run_config(args))
+    config, log_level = _run_config(args, None)
+    if log_level:
+        _set_log_level(log_level, args.verbose)
+    settings = BridgeSettings.from_config(config)
     bridge = Bridge(settings)
 
     async def main() -> None:

@@ -555,8 +555,6 @@ class _Mapper:
             self.ignore("discv5-udp-port", "discv5 is off (--discv5-discovery=true turns it on)")
             del self.v.typed["discv5-udp-port"]
         port("discv5-udp-port", "bridge.discv5_port", discv5)
-        if v.has("discv5-bootstrap-node"):
-            self.put("bridge.discv5_bootstrap", v.get("discv5-bootstrap-node"))
         self._announce(tcp, ws, wss)
 
     def _announce(self, tcp: int, ws: int, wss: int) -> None:
@@ -617,7 +615,7 @@ class _Mapper:
                 static.append(text)
         if static or v.has("staticnode"):
             self.put("bridge.static_peers", list(dict.fromkeys(static)))
-        if bootstrap:
+        if bootstrap or v.has("discv5-bootstrap-node"):
             self.put("bridge.discv5_bootstrap", list(dict.fromkeys(bootstrap)))
         if v.has("nodekey"):
             self.put("bridge.nodekey", str(v.get("nodekey")).strip().removeprefix("0x"))

@@ -45,7 +45,8 @@ def test_config_file_unknown_key_and_missing_file(tmp_path):
     conf = tmp_path / "node.toml"
     conf.write_text('no-such-option = 1\n')
     assert errors(f"--config-file={conf}") == (f"config file {conf}: Unrecognized option 'no-such-option'",)
-    assert errors(f"--config-file={tmp_path}/missing.toml") == (f"--config-file: no such file: {tmp_path}/missing.toml",)
+    missing = tmp_path / "missing.toml"
+    assert errors(f"--config-file={missing}") == (f"--config-file: no such file: {missing}",)
 
 
 def test_our_set_wins_over_nwaku_options_which_win_over_waku_environment():
@@ -112,7 +113,8 @@ def test_bad_integer():
 
 
 def test_repeatable_options_collect_and_a_higher_layer_replaces():
-    a, b, c = (f"/ip4/10.0.0.{i}/tcp/60000/p2p/16Uiu2HAmPLe7Mzm8TsYUubgCAW1aJoeFScxrLj8ppHFivPo97bUZ" for i in (1, 2, 3))
+    peer_id = "16Uiu2HAmPLe7Mzm8TsYUubgCAW1aJoeFScxrLj8ppHFivPo97bUZ"
+    a, b, c = (f"/ip4/10.0.0.{i}/tcp/60000/p2p/{peer_id}" for i in (1, 2, 3))
     got = overrides([f"--staticnode={a}", f"--staticnode={b}", "--shard=0", "--shard=3", "--cluster-id=5"])
     assert got["bridge.static_peers"] == f"{a},{b}"
     assert got["bridge.pubsub_topics"] == "/waku/2/rs/5/0,/waku/2/rs/5/3"
