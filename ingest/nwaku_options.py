@@ -587,11 +587,11 @@ class _Mapper:
             return
         addrs: list[str] = []
         if not v.get("ext-multiaddr-only", False):
-            if extip:
+            if extip and tcp > 0:
                 addrs.append(f"/ip4/{extip}/tcp/{tcp}")
             hosts = [f"/dns4/{domain}"] if domain else [f"/ip4/{extip}"] if extip else []
             for host in hosts:
-                if domain:
+                if domain and tcp > 0:
                     addrs.append(f"{host}/tcp/{tcp}")
                 if ws > 0:
                     addrs.append(f"{host}/tcp/{ws}/ws")
