@@ -1,6 +1,7 @@
 """``waku-bridge``: run the ingest bridge, publish WakuMessages over relay, show the peer id.
 
-    waku-bridge run [--config FILE] [--set bridge.tcp_port=60000 ...]
+    waku-bridge run [--config FILE] [--set bridge.tcp_port=60000 ...] [nwaku's options: --cluster-id=1 ...]
+    wakunode2 [nwaku's options]   (the same as waku-bridge run; ingest/nwaku_options.py)
     waku-bridge publish --peer /ip4/127.0.0.1/tcp/60000/p2p/<id> [--count N] [--rate R] ...
     waku-bridge id [--set bridge.key_file=...]
     waku-bridge filter --peer /ip4/127.0.0.1/tcp/60000/p2p/<id> --content-topic /app/1/chat/proto [--count N]
@@ -11,20 +12,26 @@ import argparse
 import gc
 import json
 import logging
+import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from core.config import ConfigError, add_config_arguments, config_from_args
+from core.config import Config, ConfigError, add_config_arguments, config_from_args, load_config
 from core.topics import DEFAULT_PUBSUB_TOPIC, check_pubsub_topic
 from ingest.host import ListenError, quiet_network_errors
 from ingest.identity import IdentityError, load_identity, peer_id_of
 from ingest.kafka_producer import quiet_kafka_client_logs
 from ingest.node import BridgeError
+from ingest.nwaku_options import BASE_DEFAULTS, translate
 from ingest.relay.codec import Limits
+
+if TYPE_CHECKING:
+    from ingest.settings import BridgeSettings
 
 log = logging.getLogger("ingest.cli")
 GC_GEN0_THRESHOLD = 20_000  # Python's default: 700
@@ -32,6 +39,10 @@ GC_GEN0_THRESHOLD = 20_000  # Python's default: 700
 
 class PublishError(Exception):
     pass
+
+
+class NwakuOptionError(Exception):
+    """nwaku's options that cannot be used: one line each; exit status 1, as nwaku's."""
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -52,11 +63,57 @@ async def _stop_on_signal(stop: Callable[[], None]) -> None:
             return
 
 
+def run_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:
+    """`waku-bridge run`'s configuration: our layers (conf/pipeline.toml, --config, WAKU_*), then
+    nwaku's options (the words argparse did not know, WAKUNODE2_*, nwaku's --config-file), then
+    our --set, which wins over both."""
+    return _run_config(args, environ)[0]
+
+
+def _run_config(args: argparse.Namespace, environ: Mapping[str, str] | None) -> tuple[Config, str | None]:
+    """The configuration and nwaku's --log-level (a logging level name, or None)."""
+    env = os.environ if environ is None else environ
+    ours = load_config(args.overrides, args.config, env)
+    base: dict[str, Any] = {key: ours.get(key) for key in BASE_DEFAULTS}
+    nwaku = translate(getattr(args, "nwaku", []), env, base)
+    if nwaku.errors:
+        raise NwakuOptionError("\n".join(nwaku.errors))
+    for line in nwaku.ignored:
+        log.info("nwaku option %s", line)
+    if not nwaku.overrides:
+        return ours, nwaku.log_level
+    return load_config([*nwaku.overrides, *args.overrides], args.config, env), nwaku.log_level
+
+
+def bridge_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> BridgeSettings:
+    """The BridgeSettings `waku-bridge <argv>` would run with (argv starts with "run"), without
+    starting anything."""
+    from ingest.settings import BridgeSettings
+
+    return BridgeSettings.from_config(run_config(parse_args(argv), environ))
+
+
+def _set_log_level(level: str, verbose: bool) -> None:
+    """nwaku's --log-level, for our loggers (the third-party ones stay quiet unless -v)."""
+    logging.getLogger().setLevel(logging.DEBUG if verbose else getattr(logging, level))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from ingest.node import Bridge
     from ingest.settings import BridgeSettings
 
-    settings = BridgeSettings.from_config(config_from_args(args))
+    if "--version" in getattr(args, "nwaku", []):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"waku-pipeline {version('waku-pipeline')}")
+        except PackageNotFoundError:
+            print("waku-pipeline (not installed)")
+        return 0
+    config, log_level = _run_config(args, None)
+    if log_level:
+        _set_log_level(log_level, args.verbose)
+    settings = BridgeSettings.from_config(config)
     bridge = Bridge(settings)
 
     async def main() -> None:
@@ -151,7 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logs")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run the bridge until SIGINT/SIGTERM (settings: [bridge] in conf/pipeline.toml)")
+    run = sub.add_parser(
+        "run", help="run the bridge until SIGINT/SIGTERM (settings: [bridge] in conf/pipeline.toml)",
+        allow_abbrev=False,
+        epilog="Also takes nwaku's options (--cluster-id=1 --shard=0 --relay=true --rest=true ..., "
+               "WAKUNODE2_<OPTION>, --config-file FILE): docs/operations.md, 'In place of nwaku'. "
+               "--set wins over them.")
     add_config_arguments(run)
     run.set_defaults(func=cmd_run)
 
@@ -186,16 +248,29 @@ def _single(exc: BaseException) -> BaseException:
     return exc
 
 
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Our options; the words `run` does not know are nwaku's (args.nwaku), anywhere else an error."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "run":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.nwaku = extra
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     _setup_logging(args.verbose)
     try:
-        return args.func(args)
+        return int(args.func(args))
     except BaseException as raised:  # mapped to one-line errors below
         exc = _single(raised)
         if isinstance(exc, (ConfigError, IdentityError, ListenError, BridgeError)):
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        if isinstance(exc, NwakuOptionError):
+            print(exc, file=sys.stderr)
+            return 1
         if isinstance(exc, PublishError):
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -205,6 +280,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, KeyboardInterrupt):
             return 130
         raise
+
+
+def wakunode2_main(argv: Sequence[str] | None = None) -> int:
+    """`wakunode2`: nwaku's command name for `waku-bridge run` (so nwaku-compose's run_node.sh and
+    the interop suite start this node with their command lines)."""
+    return main(["run", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

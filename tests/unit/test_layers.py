@@ -131,7 +131,8 @@ def test_a_forbidden_import_fails(tmp_path):
 
 # Below the entry points, code takes typed settings: the whole Config is read only by the
 # `from_config` builders, and by the entry points of processes (command lines, tools).
-ENTRY_MODULES = ("ingest.cli", "ingest.store.cli", "ingest.filter.client", "tools", "core.config")
+ENTRY_MODULES = ("ingest.cli", "ingest.store.cli", "ingest.filter.client", "ingest.rln.register", "tools",
+                 "core.config")
 CONFIG_READS = ("get", "path", "table_path", "checkpoint_path", "bootstrap_servers", "kafka_client_options",
                 "spark_options", "uses_embedded_kafka", "push_topic")
 
