@@ -274,7 +274,8 @@ def test_every_option_is_handled():
 
 def test_run_builds_the_expected_bridge_settings():
     s = cli.bridge_settings(["run", "--cluster-id=1", "--shard=0", "--relay=true", "--tcp-port=30304",
-                             "--rln-relay=false", "--rest=true", "--rest-port=8646", "--store=false", "--filter=True"], environ={})
+                             "--rln-relay=false", "--rest=true", "--rest-port=8646", "--store=false", "--filter=True"],
+                            environ={})
     assert s.cluster_id == 1 and s.num_shards_in_cluster == 8
     assert s.pubsub_topics == ("/waku/2/rs/1/0",)
     assert s.tcp_port == 30304
