@@ -162,7 +162,8 @@ class Api:
         node = self.node
         router = node.router
         peers = len(node.pubsub.peers) if node.pubsub is not None else 0
-        mounted = {"Relay": node.pubsub is not None, "Store": node.store is not None,
+        relay = node.pubsub is not None and getattr(node.settings, "relay", True)  # bridge.relay
+        mounted = {"Relay": relay, "Store": node.store is not None,
                    "Lightpush": node.lightpush is not None, "Legacy Lightpush": node.lightpush is not None,
                    "Filter": node.filter is not None}
         d_low = int(getattr(router, "degree_low", 4)) if router is not None else 4

@@ -55,6 +55,7 @@ def test_gowaku_as_lightpush_client_filter_service_and_lightpush_service(kafka, 
         f"bridge.key_file={tmp_path / 'key'}", "bridge.listen_host=127.0.0.1", f"bridge.tcp_port={our_tcp}",
         "bridge.ws_port=-1", "bridge.metrics_port=-1", "bridge.cluster_id=3", f"bridge.pubsub_topics={SHARD}",
         "filter.enabled=false", "store_service.enabled=false", f"bridge.lightpush_node={go_addr}",
+        f"bridge.static_peers={go_addr}",
         "rest.enabled=true", "rest.port=0", f"rest.filter_peer={go_addr}"], log=open(tmp_path / "bridge.log", "w"))
     try:
         url = ours.wait_rest_url(60)
