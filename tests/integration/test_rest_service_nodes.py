@@ -108,6 +108,11 @@ def test_lightpush_through_the_service_node(stack):
                                                        else None)(b.get("/store/v3/messages", contentTopics=CT,
                                                                         includeData="true").json()))
     assert sorted(base64.b64decode(m["message"]["payload"]) for m in got["messages"]) == [b"v1", b"v3"]
+    # A shard B does not relay but A does: accepted (the service node decides).
+    elsewhere = next(f"/waku/2/rs/1/{i}" for i in range(1, 8) if f"/waku/2/rs/1/{i}" != SHARD)
+    r = b.post("/lightpush/v1/message", {"pubsubTopic": elsewhere, "message": {"payload": b64(b"far"),
+                                                                              "contentTopic": CT}})
+    assert (r.status_code, r.text) == (200, "OK")
     # A refusal of the service node comes back with its code (v3) and text (v1).
     r = b.post("/lightpush/v3/message", {"pubsubTopic": "/waku/2/rs/1/99", "message": {"payload": b64(b"x"),
                                                                                     "contentTopic": CT}})
