@@ -62,6 +62,9 @@ class _State(Collector):
                 pass
         mesh.add_metric(["other"], in_mesh)  # nim-libp2p labels topics it does not know "other"
         yield mesh
+        dials = CounterMetricFamily("libp2p_total_dial_attempts", "total attempted dials")
+        dials.add_metric([], getattr(host, "waku_dial_attempts", 0) if host is not None else 0)
+        yield dials
         yield _gauge("waku_peer_store_size", "Number of peers managed by the peer store", stored)
         service = GaugeMetricFamily("waku_service_peers", "Service peer protocol and multiaddress",
                                     labels=["protocol", "peerId"])

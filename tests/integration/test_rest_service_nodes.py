@@ -179,7 +179,7 @@ def test_nwaku_metric_names_and_metadata_line(stack):
     names = {line.split(" ")[0].split("{")[0] for line in text.splitlines() if line and not line.startswith("#")}
     for name in ("libp2p_peers", "libp2p_pubsub_peers", "libp2p_pubsub_topics", "libp2p_pubsub_subscriptions_total",
                  "libp2p_gossipsub_peers_per_topic_mesh", "waku_peer_store_size", "waku_histogram_message_size_count",
-                 "waku_node_messages_total", "waku_bridge_received_total"):
+                 "waku_node_messages_total", "waku_bridge_received_total", "libp2p_total_dial_attempts_total"):
         assert name in names, name
     topics = next(float(x.split(" ")[1]) for x in text.splitlines() if x.startswith("libp2p_pubsub_topics "))
     assert topics >= 8
