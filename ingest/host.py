@@ -370,7 +370,9 @@ async def dial(host: IHost, info: PeerInfo, timeout: float = 10.0) -> None:
       for a minute;
     - a connection whose close began but did not finish (the peer was killed while streams
       were open) stays listed, and dials reuse it: every new stream on it fails.
-    Both are dropped here before dialing."""
+    Both are dropped here before dialing. Each call is counted on the host
+    (`waku_dial_attempts`, nwaku's `libp2p_total_dial_attempts_total`)."""
+    host.waku_dial_attempts = getattr(host, "waku_dial_attempts", 0) + 1  # type: ignore[attr-defined]
     swarm = host.get_network()
     forget_closed(host, info.peer_id)
     unblock = getattr(swarm, "unblock_peer", None)

@@ -29,11 +29,13 @@ from ingest.filter.service import FilterService
 from ingest.host import ListenError, StreamGate, build_host, check_listen_addrs, dial, listen_addrs, tls_server_context
 from ingest.identity import enr_state_file, is_secp256k1, load_identity, peer_id_of
 from ingest.kafka_producer import IngestProducer, ProducerSettings
+from ingest.lightpush.client import LightpushClient
 from ingest.lightpush.codec import INVALID_MESSAGE, OUT_OF_RLN_PROOF
 from ingest.lightpush.protocol import Accepted, PushContext, Refused
 from ingest.lightpush.service import LightpushService
 from ingest.metadata.service import MetadataService
 from ingest.metrics import DROP_REASONS, BridgeMetrics
+from ingest.nwaku_metrics import NwakuMetrics
 from ingest.peer_exchange.protocol import Candidate
 from ingest.peer_exchange.service import PeerExchangeService
 from ingest.relay.codec import Reject
@@ -90,6 +92,10 @@ class Bridge:
         self.peer_id = peer_id_of(key_pair)
         self.bridge_id = self.peer_id.to_base58()
         self.metrics = metrics or BridgeMetrics()
+        try:  # nwaku's metric names beside ours (a registry another bridge already uses: ours only)
+            self.nwaku_metrics: NwakuMetrics | None = NwakuMetrics(self.metrics.registry, self)
+        except ValueError:
+            self.nwaku_metrics = None
         self.out = out if out is not None else sys.stdout
         self.listen_addrs = listen_addrs(settings.listen_host, settings.tcp_port, settings.ws_port,
                                          settings.wss_port)
@@ -108,6 +114,8 @@ class Bridge:
         self.metadata: MetadataService | None = None
         self.lightpush: LightpushService | None = None
         self.rln: RlnRelay | None = None  # RLN-v2 relay (settings.rln)
+        # bridge.lightpush_node (nwaku's --lightpushnode): the REST lightpush routes push through it.
+        self.lightpush_client: LightpushClient | None = None
         # The REST API's relay message cache (settings.rest): accepted messages of its topics.
         self.rest_cache: MessageCache | None = None
         self.rest_url: str | None = None
@@ -137,6 +145,8 @@ class Bridge:
                                 arrival)
         if self.rest_cache is not None:
             self.rest_cache.add(topic, msg)
+        if self.nwaku_metrics is not None:
+            self.nwaku_metrics.on_relay_message(len(data))
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Start, report started (task_status) once listening and joined, run until stop(),
@@ -202,23 +212,33 @@ class Bridge:
         async with host.run(self.listen_addrs), background_trio_service(pubsub), \
                 background_trio_service(self.router):
             await pubsub.wait_until_ready()
-            for topic in self.settings.pubsub_topics:
+            for topic in self.settings.pubsub_topics if self.settings.relay else ():
                 await pubsub.join(topic)
             self.addrs = list(host.get_addrs())
             for addr in self.addrs:
                 print(f"listening on {addr}", file=self.out, flush=True)
             udp_port = await self._open_discv5()
             self._announce_enr(udp_port)
-            log.info("bridge %s joined %s", self.bridge_id, ", ".join(self.settings.pubsub_topics))
+            if self.settings.relay:
+                log.info("bridge %s joined %s", self.bridge_id, ", ".join(self.settings.pubsub_topics))
+            else:
+                log.info("bridge %s: relay off (bridge.relay = false), no pubsub topic joined", self.bridge_id)
             async with trio.open_nursery() as nursery:
                 # /vac/waku/metadata/1.0.0: before any peer is dialled, so every connection is checked.
-                self.metadata = MetadataService(host, node_shards(self.settings), self.metrics.registry)
+                shards = node_shards(self.settings)
+                self.metadata = MetadataService(host, shards, self.metrics.registry)
                 await nursery.start(self.metadata.run)
-                if self.settings.lightpush_enabled:
+                log.info("Created WakuMetadata protocol clusterId=%d shards=%s", shards.cluster_id,
+                         list(shards.shards))  # nwaku's line (waku_metadata/protocol.nim)
+                if self.settings.lightpush_node:
+                    self.lightpush_client = LightpushClient(
+                        host, self.settings.lightpush_node,
+                        timeout=self.settings.rest.request_timeout_s if self.settings.rest else 5.0)
+                if self.settings.lightpush_enabled and self.settings.relay:  # nwaku: lightpush needs relay
                     s = self.settings
                     ctx = PushContext(frozenset(s.pubsub_topics), s.cluster_id, s.num_shards_in_cluster,
                                       lambda data: check_message(data, s.limits))
-                    self.lightpush = LightpushService(host, ctx, store=self._store_pushed, relay=self._relay,
+                    self.lightpush = LightpushService(host, ctx, store=self._store_pushed_cached, relay=self._relay,
                                                       registry=self.metrics.registry,
                                                       per_peer_per_s=s.lightpush_per_peer_per_s,
                                                       rln=self._rln_pushed if self.rln is not None else None)
@@ -331,8 +351,8 @@ class Bridge:
             log.warning("no ENR: the identity is not a secp256k1 key (docs/discovery.md: a new key "
                         "file, or bridge.nodekey, makes the node discoverable; its peer id changes)")
             return
-        caps = (RELAY | (STORE if s.store else 0) | (FILTER if s.filter else 0)
-                | (LIGHTPUSH if s.lightpush_enabled else 0))
+        caps = ((RELAY if s.relay else 0) | (STORE if s.store else 0) | (FILTER if s.filter else 0)
+                | (LIGHTPUSH if s.lightpush_enabled and s.relay else 0))
         shards = node_shards(s)
         fields = WakuEnrFields(tuple(self.addrs), caps, shards.cluster_id, shards.shards if shards.cluster_id else (),
                                udp_port)
@@ -404,6 +424,15 @@ class Bridge:
         if reason is not None:
             raise RlnRefused(f"RLN validation failed: {reason.value}", 400)
         return message, data
+
+    async def _store_pushed_cached(self, accepted: Accepted) -> bool:
+        """A lightpushed message (a light client's over libp2p, or our REST lightpush) stored,
+        then in the REST relay cache as nwaku's relay hands its own published messages to its
+        cache: GET /relay/v1/messages returns what was pushed through this node."""
+        stored = await self._store_pushed(accepted)
+        if stored and self.rest_cache is not None:
+            self.rest_cache.add(accepted.pubsub_topic, accepted.message)
+        return stored
 
     async def publish(self, topic: str, message: WakuMessage, data: bytes) -> int | None:
         """A message of our own (the REST API's relay publish): proved and checked on an RLN

@@ -3,7 +3,9 @@ topics.messages and limits.*) and checked, with ConfigError one-liners for bad v
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import multiaddr
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
@@ -68,6 +70,9 @@ class BridgeSettings:
     peer_exchange_per_s: float = 5.0
     discv5: Discv5Settings | None = None  # discv5 (bridge.discv5_port >= 0); None: off
     rln: RlnSettings | None = None  # RLN-v2 relay ([rln]); None: off
+    relay: bool = True  # bridge.relay (nwaku's --relay): false, no gossipsub topic joined
+    lightpush_node: str = ""  # bridge.lightpush_node (nwaku's --lightpushnode); "": serve lightpush ourselves
+    store_node: str = ""  # bridge.store_node (nwaku's --storenode); "": none
 
     @classmethod
     def from_config(cls, config: Config) -> BridgeSettings:
@@ -100,6 +105,7 @@ class BridgeSettings:
             if cluster and shard is not None and shard[0] != cluster:
                 raise ConfigError(f"bridge.pubsub_topics: {topic} is not a shard of bridge.cluster_id {cluster}")
         peers = tuple(parse_peer(p, "bridge.static_peers") for p in b["static_peers"])
+        service_nodes = service_peers(b)
         static_enrs = tuple(decode_text(p).raw for p in b["static_peers"] if p.strip().startswith("enr:"))
         if b["nodekey"]:
             try:
@@ -175,7 +181,20 @@ class BridgeSettings:
             peer_exchange_per_s=max(0.0, b["peer_exchange_per_s"]),
             discv5=discv5,
             rln=RlnSettings.from_config(config, cluster),
+            **service_nodes,
         )
+
+
+def service_peers(b: Mapping[str, Any]) -> dict[str, Any]:
+    """bridge.relay, bridge.lightpush_node and bridge.store_node (nwaku's --relay, --lightpushnode,
+    --storenode), checked: each node a multiaddr ending in /p2p/<peer id> (or an ENR), "" none."""
+    out: dict[str, Any] = {"relay": bool(b.get("relay", True))}
+    for key in ("lightpush_node", "store_node"):
+        text = str(b.get(key, "") or "").strip()
+        if text:
+            parse_peer(text, f"bridge.{key}")
+        out[key] = text
+    return out
 
 
 def node_shards(settings: BridgeSettings) -> NodeShards:

@@ -38,7 +38,7 @@ from ingest.lightpush import codec as lp_codec
 from ingest.lightpush.protocol import decide
 from ingest.lightpush.service import LightpushService
 from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter
-from ingest.rest import codec
+from ingest.rest import codec, remote
 from ingest.rest.cache import MessageCache
 from ingest.rest.settings import RestSettings
 from ingest.rln.service import RlnRefused
@@ -163,7 +163,8 @@ class Api:
         node = self.node
         router = node.router
         peers = len(node.pubsub.peers) if node.pubsub is not None else 0
-        mounted = {"Relay": node.pubsub is not None, "Store": node.store is not None,
+        relay = node.pubsub is not None and getattr(node.settings, "relay", True)  # bridge.relay
+        mounted = {"Relay": relay, "Store": node.store is not None,
                    "Lightpush": node.lightpush is not None, "Legacy Lightpush": node.lightpush is not None,
                    "Filter": node.filter is not None}
         d_low = int(getattr(router, "degree_low", 4)) if router is not None else 4
@@ -187,6 +188,8 @@ class Api:
         params = dict(request.query_params)
         req = codec.store_request(params)
         peer_addr = params.get("peerAddr", "")
+        if not peer_addr and self.node.store is None:
+            peer_addr = self.node.settings.store_node  # nwaku's --storenode; "" none
         if not peer_addr:
             store = self.node.store
             if store is None:
@@ -297,8 +300,7 @@ class Api:
         topic = self.autoshard_topic(m.content_topic)
         if topic is None:
             return text(400, f"Failed to publish. Autosharding error: invalid content topic {m.content_topic}")
-        if topic not in self.relayed():
-            return text(400, f"Failed to publish: Node not subscribed to topic: {topic}")
+        # nwaku publishes on the content topic's shard whether or not it joined it (to its fanout peers).
         return await self._publish(topic, body, "Failed to publish")
 
     # -- lightpush ---------------------------------------------------------------------------
@@ -313,6 +315,9 @@ class Api:
         return await service.push(decide("rest", req.pubsub_topic, msg, service.ctx))
 
     async def lightpush_v3(self, request: Request) -> Response:
+        client = getattr(self.node, "lightpush_client", None)  # bridge.lightpush_node
+        if client is not None:
+            return await remote.push_remote(self, client, request, "v3")
         if self.node.lightpush is None:
             return text(404, "/lightpush endpoints are not available.")
         try:
@@ -326,6 +331,9 @@ class Api:
         return JSONResponse({"statusDesc": lp_codec.status_desc(code, detail)}, status_code=code)
 
     async def lightpush_v1(self, request: Request) -> Response:
+        client = getattr(self.node, "lightpush_client", None)  # bridge.lightpush_node
+        if client is not None:
+            return await remote.push_remote(self, client, request, "v1")
         if self.node.lightpush is None:
             return text(404, "/lightpush endpoints are not available.")
         code, detail, _ = await self._push(request)
@@ -581,6 +589,10 @@ def build_app(node: RestNode, settings: RestSettings, cache: MessageCache,
         r("/debug/v1/version", api.version_route, "GET"), r("/version", api.version_route, "GET"),
         r("/openapi.yaml", api.openapi, "GET"),
         r("/store/v3/messages", api.store_messages, "GET"),
+        r("/lightpush/v3/message", api.lightpush_v3, "POST"),
+        r("/lightpush/v1/message", api.lightpush_v1, "POST"),
+    ]
+    relay_routes = [
         r("/relay/v1/subscriptions", api.relay_subscribe, "POST"),
         r("/relay/v1/subscriptions", api.relay_unsubscribe, "DELETE"),
         r("/relay/v1/messages/{topic:path}", api.relay_get, "GET"),
@@ -589,9 +601,11 @@ def build_app(node: RestNode, settings: RestSettings, cache: MessageCache,
         r("/relay/v1/auto/subscriptions", api.auto_unsubscribe, "DELETE"),
         r("/relay/v1/auto/messages", api.auto_post, "POST"),
         r("/relay/v1/auto/messages/{topic:path}", api.auto_get, "GET"),
-        r("/lightpush/v3/message", api.lightpush_v3, "POST"),
-        r("/lightpush/v1/message", api.lightpush_v1, "POST"),
     ]
+    if getattr(node.settings, "relay", True):
+        routes += relay_routes
+    else:  # nwaku without relay (--relay=false)
+        routes.append(r("/relay/{rest:path}", remote.relay_off, "GET", "POST", "DELETE", "PUT"))
     if settings.admin:
         routes += [
             r("/admin/v1/peers", api.admin_peers, "GET"),

@@ -14,9 +14,11 @@ from hypercorn.utils import wrap_app
 
 from ingest.filter.client import FilterClient
 from ingest.host import ListenError
+from ingest.metadata.service import MetadataService
 from ingest.rest.app import RestNode, build_app
 from ingest.rest.cache import MessageCache
 from ingest.rest.settings import RestSettings
+from ingest.settings import node_shards
 
 log = logging.getLogger("ingest.rest")
 
@@ -48,6 +50,7 @@ async def serve_rest(node: RestNode, settings: RestSettings, cache: MessageCache
         filter_client, filter_cache = None, None
         if settings.filter_peer:  # the /filter/v2 routes: a filter client on its own host
             filter_client = FilterClient(listen_host=settings.address if ":" not in settings.address else "127.0.0.1")
+            answer_metadata(filter_client, node)
             filter_cache = MessageCache(settings.relay_cache_capacity)
             await stack.enter_async_context(filter_client.running())
         asgi: Any = build_app(node, settings, cache, filter_client, filter_cache)  # starlette's ASGI, hypercorn's types
@@ -68,3 +71,14 @@ async def _cache_pushes(client: FilterClient, cache: MessageCache) -> None:
     """The filter client's pushes into the cache of GET /filter/v2/messages."""
     async for push in client.pushes():
         cache.add(push.pubsub_topic, push.message)
+
+
+def answer_metadata(client: FilterClient, node: RestNode) -> MetadataService:
+    """The filter client's host answers /vac/waku/metadata/1.0.0 with the node's cluster and
+    shards, as the main host does: go-waku (and nwaku) with a cluster id ask every new
+    connection and disconnect a peer that does not answer (go-waku then fails the subscribe with
+    a SwarmException)."""
+    service = MetadataService(client.host, node_shards(node.settings), check_peers=False)
+    service.mount()
+    return service
+

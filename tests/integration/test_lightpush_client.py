@@ -1,0 +1,59 @@
+"""The lightpush client (ingest/lightpush/client.py, issue #68 F) against real libp2p hosts on
+loopback: a peer that speaks no lightpush is nwaku's dial failure; a peer that speaks only
+2.0.0-beta1 (as go-waku v0.10.0) is pushed to over it when v3 is preferred, and the other way
+round."""
+from __future__ import annotations
+
+import pytest
+import trio
+from libp2p.crypto.secp256k1 import create_new_key_pair
+from libp2p.custom_types import TProtocol
+
+from ingest.framing import FrameReader, frame
+from ingest.host import build_host, listen_addrs
+from ingest.lightpush import codec
+from ingest.lightpush.client import LightpushClient
+from schemas import lightpush_pb2 as pb
+from schemas.waku_message_pb2 import WakuMessage
+
+pytestmark = pytest.mark.integration
+
+MSG = WakuMessage(payload=b"x", content_topic="/app/1/chat/proto", timestamp=1)
+TOPIC = "/waku/2/rs/1/0"
+
+
+def test_no_lightpush_is_a_dial_failure_and_one_version_is_spoken():
+    out: dict = {}
+
+    async def only_v2(stream) -> None:
+        rpc = pb.PushRPC.FromString(await FrameReader(stream, 1 << 20).read_frame())
+        out["v2_topic"] = rpc.request.pubsub_topic
+        await stream.write(frame(codec.v2_response(rpc.request_id, codec.SUCCESS)))
+        await stream.close()
+
+    async def only_v3(stream) -> None:
+        req = pb.LightpushRequest.FromString(await FrameReader(stream, 1 << 20).read_frame())
+        await stream.write(frame(codec.v3_response(req.request_id, codec.SUCCESS, relay_peers=2)))
+        await stream.close()
+
+    async def main() -> None:
+        addrs = listen_addrs("127.0.0.1", 0, -1)
+        plain, v2, v3 = (build_host(create_new_key_pair(), addrs) for _ in range(3))
+        v2.set_stream_handler(TProtocol(codec.LIGHTPUSH_V2_CODEC), only_v2)
+        v3.set_stream_handler(TProtocol(codec.LIGHTPUSH_V3_CODEC), only_v3)
+        me = build_host(create_new_key_pair(), [])
+        with trio.fail_after(60):
+            async with plain.run(addrs), v2.run(addrs), v3.run(addrs), me.run([]):
+                def client(h) -> LightpushClient:
+                    return LightpushClient(me, f"{h.get_addrs()[0]}", timeout=5)
+                out["plain"] = await client(plain).push(TOPIC, MSG, prefer="v3")
+                out["v2"] = await client(v2).push(TOPIC, MSG, prefer="v3")
+                out["v3"] = await client(v3).push(TOPIC, MSG, prefer="v2")
+                out["down"] = await LightpushClient(me, f"/ip4/127.0.0.1/tcp/1/p2p/{plain.get_id()}",
+                                                    timeout=5).push(TOPIC, MSG)
+
+    trio.run(main)
+    assert out["plain"].dial_failed and out["plain"].code == codec.NO_PEERS_TO_RELAY
+    assert (out["v2"].ok, out["v2"].version, out["v2_topic"]) == (True, "v2", TOPIC)
+    assert (out["v3"].ok, out["v3"].version, out["v3"].relay_peers) == (True, "v3", 2)
+    assert out["down"].dial_failed
