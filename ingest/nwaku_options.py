@@ -619,11 +619,10 @@ class _Mapper:
             self.put("bridge.discv5_bootstrap", list(dict.fromkeys(bootstrap)))
         if v.has("nodekey"):
             self.put("bridge.nodekey", str(v.get("nodekey")).strip().removeprefix("0x"))
-        for name, key in (("storenode", "bridge.store_node"), ("lightpushnode", "bridge.lightpush_node"),
-                          ("filternode", "bridge.filter_node")):
+        for name, key in (("storenode", "bridge.store_node"), ("lightpushnode", "bridge.lightpush_node")):
             if v.has(name):
                 self.put(key, str(v.get(name)).strip())
-        if v.has("filternode"):  # the REST API's /filter/v2 routes use it too
+        if v.has("filternode"):  # the REST API's /filter/v2 routes' service peer
             self.put("rest.filter_peer", str(v.get("filternode")).strip())
 
     def _store(self) -> None:

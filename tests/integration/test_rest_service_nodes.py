@@ -38,6 +38,7 @@ def start_node(kafka: str, tmp, name: str, *extra: str, store: bool = True, tcp_
     proc = start_bridge([
         f"kafka.bootstrap_servers={kafka}", f"topics.messages={topic}", f"bridge.key_file={tmp / name / 'key'}",
         "bridge.listen_host=127.0.0.1", f"bridge.tcp_port={tcp_port}", "bridge.ws_port=-1", "bridge.cluster_id=1",
+        "rln.enabled=false",
         "filter.enabled=false", f"store_service.enabled={'true' if store else 'false'}",
         f"warehouse.root={tmp / name / 'wh'}", f"warehouse.checkpoints={tmp / name / 'cp'}",
         "rest.enabled=true", "rest.port=0", *extra], log=log)
