@@ -432,6 +432,8 @@ class Bridge:
         stored = await self._store_pushed(accepted)
         if stored and self.rest_cache is not None:
             self.rest_cache.add(accepted.pubsub_topic, accepted.message)
+        if not stored and self.rln is not None:  # not relayed: its proof may be sent again
+            self.rln.forget(accepted.message)
         return stored
 
     async def publish(self, topic: str, message: WakuMessage, data: bytes) -> int | None:
@@ -444,6 +446,8 @@ class Bridge:
         stored = await self.producer.put_acked(
             ingest_key(topic, message), ingest_value(topic, data, time.time(), self.bridge_id, pr.RELAY),
             time.perf_counter(), self.settings.lightpush_timeout_s)
+        if not stored and self.rln is not None:
+            self.rln.forget(message)
         return await self._relay(topic, data) if stored else None
 
     async def _relay(self, topic: str, data: bytes) -> int:

@@ -154,6 +154,9 @@ class NullifierLog:
     def record(self, epoch: int, nullifier: bytes) -> None:
         self._epochs.setdefault(epoch, set()).add(nullifier)
 
+    def discard(self, epoch: int, nullifier: bytes) -> None:
+        self._epochs.get(epoch, set()).discard(nullifier)
+
     def clear_old(self, current_epoch: int) -> None:
         for epoch in [e for e in self._epochs if abs(e - current_epoch) >= self.max_epoch_gap + 1]:
             del self._epochs[epoch]

@@ -27,6 +27,7 @@ from ingest.rln.rules import (
     NullifierLog,
     RlnReject,
     Rules,
+    decode_proof,
     encode_proof,
     epoch_bytes,
     epoch_of,
@@ -271,6 +272,14 @@ class RlnRelay:
         self.nullifiers.record(epoch, proof.nullifier)
         self.metrics.valid.labels(topic).inc()
         return None
+
+    def forget(self, msg: WakuMessage) -> None:
+        """Take a validated message's nullifier back out of the log: a message of our own or a
+        light client's that Kafka did not take (503) was never relayed, and its sender may send
+        the same proof again."""
+        proof = decode_proof(msg.rate_limit_proof) if msg.rate_limit_proof else None
+        if proof is not None:
+            self.nullifiers.discard(epoch_value(proof.epoch), proof.nullifier)
 
     def _reject(self, reason: RlnReject, topic: str, msg: WakuMessage, detail: str = "") -> RlnReject:
         if reason is not RlnReject.SPAM:

@@ -139,6 +139,9 @@ def test_nullifier_log_keeps_the_epochs_a_clock_gap_spans():
     assert log.seen(10, b"n")
     log.clear_old(12)
     assert not log.seen(10, b"n")
+    log.record(12, b"m")
+    log.discard(12, b"m")  # a message Kafka did not take: its proof may come again
+    assert not log.seen(12, b"m")
 
 
 # -- proofs end to end ----------------------------------------------------------------------------
