@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import logging
 from contextlib import AsyncExitStack
+from http import HTTPStatus
 from typing import Any
 
+import h11
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
@@ -19,6 +22,30 @@ from ingest.rest.cache import MessageCache
 from ingest.rest.settings import RestSettings
 
 log = logging.getLogger("ingest.rest")
+
+
+def reason_phrase(status: int) -> bytes:
+    """The standard reason phrase of a status ("Bad Request"), as nwaku's HTTP server (chronos)
+    writes it in its status lines; b"" for a code without one (lightpush's 420)."""
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b""
+
+
+_send_h11_event = H11Protocol._send_h11_event
+
+
+async def _send_with_reason(self: H11Protocol, event: Any) -> None:
+    """hypercorn builds its h11 responses without a reason phrase (`HTTP/1.1 400 `); every status
+    line it writes (the app's answers and its own 400, 431, 500, ...) gets the standard one."""
+    if isinstance(event, (h11.Response, h11.InformationalResponse)) and not event.reason:
+        event = type(event)(status_code=event.status_code, headers=event.headers,
+                            http_version=event.http_version, reason=reason_phrase(event.status_code))
+    await _send_h11_event(self, event)
+
+
+H11Protocol._send_h11_event = _send_with_reason  # type: ignore[method-assign]
 
 
 def hypercorn_config(settings: RestSettings) -> HypercornConfig:
