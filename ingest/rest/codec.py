@@ -92,11 +92,25 @@ def _str(value: Any, name: str) -> str:
     return value
 
 
+RELAY_MESSAGE_FIELDS = frozenset({"payload", "contentTopic", "version", "timestamp", "meta", "ephemeral", "proof"})
+PUSH_REQUEST_FIELDS = frozenset({"pubsubTopic", "message"})
+# nwaku's readValue leaves an unknown field's value unread and its JSON reader then fails on it,
+# as on a null where it reads a number, string or bool: a token error, whose message is empty.
+UNREADABLE = ""
+
+
+def _known_fields(value: dict[str, Any], fields: frozenset[str]) -> None:
+    """nwaku refuses a field it does not know and a null for one it does."""
+    if any(k not in fields or value[k] is None for k in value):
+        raise _undecodable(UNREADABLE)
+
+
 def relay_message(value: Any) -> RelayMessage:
     """A RelayWakuMessage object: payload and contentTopic present and not blank (nwaku's
-    readValue); unknown fields are ignored."""
+    readValue); an unknown field or a null value is refused."""
     if not isinstance(value, dict):
         raise _undecodable("expected an object")
+    _known_fields(value, RELAY_MESSAGE_FIELDS)
     payload = value.get("payload")
     if payload is None or not isinstance(payload, str) or not payload.strip():
         raise _undecodable("Field `payload` is missing or empty")
@@ -156,6 +170,7 @@ class PushRequest:
 def push_request(value: Any) -> PushRequest:
     if not isinstance(value, dict):
         raise _undecodable("expected an object")
+    _known_fields(value, PUSH_REQUEST_FIELDS)
     if "message" not in value:
         raise _undecodable("Field `message` is missing")
     topic = value.get("pubsubTopic")
