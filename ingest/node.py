@@ -35,7 +35,7 @@ from ingest.metadata.service import MetadataService
 from ingest.metrics import DROP_REASONS, BridgeMetrics
 from ingest.peer_exchange.protocol import Candidate
 from ingest.peer_exchange.service import PeerExchangeService
-from ingest.relay.codec import Reject
+from ingest.relay.codec import Reject, relay_message_id
 from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
 from ingest.rest.cache import MessageCache
@@ -207,11 +207,13 @@ class Bridge:
                 await nursery.start(self.metadata.run)
                 if self.settings.lightpush_enabled:
                     s = self.settings
-                    ctx = PushContext(frozenset(s.pubsub_topics), s.cluster_id, s.num_shards_in_cluster,
-                                      lambda data: check_message(data, s.limits))
+                    ctx = PushContext(pubsub.topic_ids, s.cluster_id, s.num_shards_in_cluster,
+                                      lambda data: check_message(data, s.limits), s.limits.max_message_bytes)
                     self.lightpush = LightpushService(host, ctx, store=self._store_pushed, relay=self._relay,
                                                       registry=self.metrics.registry,
-                                                      per_peer_per_s=s.lightpush_per_peer_per_s)
+                                                      per_peer_per_s=s.lightpush_per_peer_per_s,
+                                                      seen=lambda data: pubsub.seen_messages.has(
+                                                          relay_message_id(data)))
                     self.lightpush.mount()
                 if self.settings.peer_exchange_enabled:
                     self.peer_exchange = PeerExchangeService(

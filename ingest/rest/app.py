@@ -329,9 +329,8 @@ class Api:
             return ok()
         if code == lp_codec.TOO_MANY_REQUESTS:
             return text(429, "Request rate limmit reached")
-        # nwaku answers every refusal 503; a refused request (bad topic or message) is 400 here.
-        status = 503 if code >= 500 else 400
-        return text(status, f"Failed to request a message push: {lp_codec.status_desc(code, detail)}")
+        # nwaku answers every refusal 503, with its legacy protocol's text.
+        return text(503, f"Failed to request a message push: {lp_codec.legacy_info(code, detail)}")
 
     # -- admin -------------------------------------------------------------------------------
 

@@ -1,0 +1,127 @@
+"""Lightpush over REST against a real LightpushService (stores and relays faked): nwaku's answers
+of its legacy route (`/lightpush/v1/message`: 503 `Failed to request a message push: <info>`
+with its legacy protocol's texts) and of v3, a duplicate push refused as nwaku's relay refuses
+to publish it again, topics joined through REST served, nwaku's default of no rate limit."""
+from __future__ import annotations
+
+import base64
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from core.config import load_config
+from core.message import check_message
+from ingest.lightpush import codec as lp_codec
+from ingest.lightpush.protocol import PushContext
+from ingest.lightpush.service import LightpushService
+from ingest.rest.app import build_app
+from ingest.rest.cache import MessageCache
+from ingest.rest.settings import RestSettings
+from ingest.settings import BridgeSettings
+from schemas import lightpush_pb2 as pb
+
+SHARD = "/waku/2/rs/1/0"
+JOINED = "/waku/2/rs/1/5"  # joined through POST /relay/v1/subscriptions
+CT = "/app/1/chat/proto"
+
+
+class FakePubsub:
+    def __init__(self, topics: set[str]) -> None:
+        self.topic_ids = topics
+        self.peers: dict[str, Any] = {}
+
+    async def join(self, topic: str) -> None:
+        self.topic_ids.add(topic)
+
+    async def leave(self, topic: str) -> None:
+        self.topic_ids.discard(topic)
+
+
+@pytest.fixture
+def api() -> Any:
+    pubsub = FakePubsub({SHARD})
+    seen: set[bytes] = set()
+    ctx = PushContext(pubsub.topic_ids, 1, 8, check_message)  # type: ignore[arg-type]
+
+    async def store(accepted: Any) -> bool:
+        return True
+
+    async def relay(topic: str, data: bytes) -> int:
+        seen.add(data)
+        return 1
+
+    service = LightpushService(None, ctx, store=store, relay=relay, seen=seen.__contains__)  # type: ignore[arg-type]
+    node: Any = SimpleNamespace(settings=SimpleNamespace(cluster_id=1, num_shards_in_cluster=8), pubsub=pubsub,
+                                filter=None, store=None, lightpush=service, host=None, router=None, addrs=[])
+    app = build_app(node, RestSettings(enabled=True), MessageCache(10))
+
+    def call(method: str, path: str, body: Any) -> httpx.Response:
+        async def go() -> httpx.Response:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+                return await c.request(method, path, json=body)
+        return trio.run(go)
+    return call
+
+
+def push(topic: str, **message: Any) -> dict[str, Any]:
+    return {"pubsubTopic": topic, "message": {"payload": base64.b64encode(b"hi").decode(), "contentTopic": CT,
+                                              "timestamp": 1, **message}}
+
+
+def test_v1_refusals_are_nwaku_legacy_texts(api):
+    big = base64.b64encode(b"a" * 153_600).decode()
+    cases = {
+        "oversized": (push(SHARD, payload=big), "Message size exceeded maximum of 153600 bytes"),
+        "meta": (push(SHARD, meta=base64.b64encode(b"m" * 1024).decode()),
+                 'decode_rpc_failure: (kind: InvalidLengthField, field: "meta")'),
+        "topic": (push("/waku/2/rs/1/7"), "not_published_to_any_peer"),
+    }
+    for name, (body, info) in cases.items():
+        r = api("POST", "/lightpush/v1/message", body)
+        assert (r.status_code, r.text) == (503, f"Failed to request a message push: {info}"), name
+
+
+def test_a_duplicate_push_is_refused(api):
+    body = push(SHARD, timestamp=7)
+    assert (api("POST", "/lightpush/v1/message", body).status_code) == 200
+    r = api("POST", "/lightpush/v1/message", body)
+    assert (r.status_code, r.text) == (503, "Failed to request a message push: not_published_to_any_peer")
+    r = api("POST", "/lightpush/v3/message", body)
+    assert (r.status_code, r.json()) == (420, {"statusDesc": "INVALID_MESSAGE_ERROR: Dropping already-seen message"})
+
+
+def test_v3_refusal_causes_are_nwaku_texts(api):
+    big = base64.b64encode(b"a" * 153_600).decode()
+    r = api("POST", "/lightpush/v3/message", push(SHARD, payload=big))
+    assert (r.status_code, r.json()["statusDesc"]) == (
+        413, "PAYLOAD_TOO_LARGE: Message size exceeded maximum of 153600 bytes")
+    r = api("POST", "/lightpush/v3/message", push(SHARD, meta=base64.b64encode(b"m" * 65).decode()))
+    assert (r.status_code, r.json()["statusDesc"]) == (
+        400, 'BAD_REQUEST: decode_rpc_failure: (kind: InvalidLengthField, field: "meta")')
+
+
+def test_a_topic_joined_through_rest_is_served(api):
+    assert api("POST", "/lightpush/v1/message", push(JOINED)).status_code == 503
+    assert api("POST", "/relay/v1/subscriptions", [JOINED]).status_code == 200
+    assert api("POST", "/lightpush/v1/message", push(JOINED, timestamp=9)).status_code == 200
+    r = api("POST", "/lightpush/v3/message", push(JOINED, timestamp=10))
+    assert (r.status_code, r.json()) == (200, {"relayPeerCount": 1})
+
+
+def test_legacy_libp2p_info_is_nwaku_text():
+    rpc = pb.PushRPC.FromString(lp_codec.v2_response("r", lp_codec.UNSUPPORTED_PUBSUB_TOPIC, "x"))
+    assert (rpc.response.is_success, rpc.response.info) == (False, "not_published_to_any_peer")
+    rpc = pb.PushRPC.FromString(lp_codec.v2_response("r", lp_codec.PAYLOAD_TOO_LARGE, "Message size exceeded"))
+    assert rpc.response.info == "Message size exceeded"
+
+
+def test_no_lightpush_rate_limit_by_default():
+    # nwaku's default: lightpush is limited only when --rate-limit names it (100 pushes in a row pass)
+    settings = BridgeSettings.from_config(load_config(environ={}))
+    assert settings.lightpush_per_peer_per_s == 0
+    service = LightpushService(None, PushContext(frozenset(), 1, 8, check_message),  # type: ignore[arg-type]
+                               store=None, relay=None, per_peer_per_s=settings.lightpush_per_peer_per_s)  # type: ignore[arg-type]
+    assert all(service.per_peer.allow("peer") for _ in range(100))
