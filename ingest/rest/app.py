@@ -235,8 +235,12 @@ class Api:
     async def relay_unsubscribe(self, request: Request) -> Response:
         topics = codec.topic_list(await self.body(request))
         self._check_topics(topics)
-        for topic in topics:
+        pubsub = self.node.pubsub
+        for topic in topics:  # as nwaku: the cache drops it and relay leaves it
             self.cache.unsubscribe(pubsub_topic=topic)
+            if pubsub is not None and topic in pubsub.topic_ids:
+                await pubsub.leave(topic)
+                log.info("rest: relay left %s", topic)
         return ok()
 
     async def relay_get(self, request: Request) -> Response:

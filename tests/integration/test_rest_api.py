@@ -228,6 +228,12 @@ def test_relay_subscriptions_and_autosharding(nodes):
     assert [m["payload"] for m in a.get(f"/relay/v1/messages/{enc}").json()] == [b64(b"nine")]
     r = a.http.request("DELETE", "/relay/v1/subscriptions", json=["/waku/2/rs/1/9"])
     assert r.status_code == 200 and a.get(f"/relay/v1/messages/{enc}").status_code == 404
+    # Left (nwaku): relay is off the topic, a publish there is refused; subscribing takes it again.
+    r = a.post(f"/relay/v1/messages/{enc}", {"payload": b64(b"gone"), "contentTopic": CT})
+    assert (r.status_code, r.text) == (400, "Failed to publish: Node not subscribed to topic: /waku/2/rs/1/9")
+    assert a.post("/relay/v1/subscriptions", ["/waku/2/rs/1/9"]).status_code == 200
+    assert a.post(f"/relay/v1/messages/{enc}", {"payload": b64(b"back"), "contentTopic": CT}).status_code == 200
+    assert a.http.request("DELETE", "/relay/v1/subscriptions", json=["/waku/2/rs/1/9"]).status_code == 200
     r = a.post("/relay/v1/subscriptions", ["not-a-topic"])
     assert (r.status_code, r.text) == (400, 'Invalid pubsub topic(s): @["not-a-topic"]')
     # Content topics (autosharding, cluster 1 with 8 shards).

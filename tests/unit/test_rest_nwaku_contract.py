@@ -1,4 +1,5 @@
-"""Lightpush over REST against a real LightpushService (stores and relays faked): nwaku's answers
+"""nwaku's contract of the relay subscription routes (leaving a topic is leaving relay) and of
+lightpush over REST against a real LightpushService (stores and relays faked): nwaku's answers
 of its legacy route (`/lightpush/v1/message`: 503 `Failed to request a message push: <info>`
 with its legacy protocol's texts) and of v3, a duplicate push refused as nwaku's relay refuses
 to publish it again, topics joined through REST served, nwaku's default of no rate limit."""
@@ -13,7 +14,7 @@ import pytest
 import trio
 
 from core.config import load_config
-from core.message import check_message
+from core.message import Limits, check_message
 from ingest.lightpush import codec as lp_codec
 from ingest.lightpush.protocol import PushContext
 from ingest.lightpush.service import LightpushService
@@ -32,12 +33,14 @@ class FakePubsub:
     def __init__(self, topics: set[str]) -> None:
         self.topic_ids = topics
         self.peers: dict[str, Any] = {}
+        self.left: list[str] = []
 
     async def join(self, topic: str) -> None:
         self.topic_ids.add(topic)
 
     async def leave(self, topic: str) -> None:
         self.topic_ids.discard(topic)
+        self.left.append(topic)
 
 
 @pytest.fixture
@@ -54,8 +57,13 @@ def api() -> Any:
         return 1
 
     service = LightpushService(None, ctx, store=store, relay=relay, seen=seen.__contains__)  # type: ignore[arg-type]
-    node: Any = SimpleNamespace(settings=SimpleNamespace(cluster_id=1, num_shards_in_cluster=8), pubsub=pubsub,
-                                filter=None, store=None, lightpush=service, host=None, router=None, addrs=[])
+    async def publish(topic: str, message: Any, data: bytes) -> int:
+        return await relay(topic, data)
+
+    node: Any = SimpleNamespace(settings=SimpleNamespace(cluster_id=1, num_shards_in_cluster=8, limits=Limits(),
+                                                      lightpush_timeout_s=1.0),
+                                pubsub=pubsub, filter=None, store=None, lightpush=service, host=None, router=None,
+                                addrs=[], publish=publish)
     app = build_app(node, RestSettings(enabled=True), MessageCache(10))
 
     def call(method: str, path: str, body: Any) -> httpx.Response:
@@ -63,6 +71,7 @@ def api() -> Any:
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
                 return await c.request(method, path, json=body)
         return trio.run(go)
+    call.pubsub = pubsub  # type: ignore[attr-defined]
     return call
 
 
@@ -125,3 +134,24 @@ def test_no_lightpush_rate_limit_by_default():
     service = LightpushService(None, PushContext(frozenset(), 1, 8, check_message),  # type: ignore[arg-type]
                                store=None, relay=None, per_peer_per_s=settings.lightpush_per_peer_per_s)  # type: ignore[arg-type]
     assert all(service.per_peer.allow("peer") for _ in range(100))
+
+
+def test_relay_unsubscribe_leaves_the_topic(api):
+    """nwaku: DELETE /relay/v1/subscriptions leaves relay on the topic; a publish there is then
+    400, a lightpush not published; subscribing again serves it again."""
+    message = {"payload": base64.b64encode(b"x").decode(), "contentTopic": CT}
+    path = "/relay/v1/messages/" + JOINED.replace("/", "%2F")
+    assert api("POST", "/relay/v1/subscriptions", [JOINED]).status_code == 200
+    assert (api("POST", path, message).status_code) == 200
+    r = api("DELETE", "/relay/v1/subscriptions", [JOINED])
+    assert (r.status_code, r.text) == (200, "OK")
+    assert api.pubsub.left == [JOINED] and JOINED not in api.pubsub.topic_ids
+    r = api("POST", path, message)
+    assert (r.status_code, r.text) == (400, f"Failed to publish: Node not subscribed to topic: {JOINED}")
+    r = api("POST", "/lightpush/v1/message", push(JOINED, timestamp=11))
+    assert (r.status_code, r.text) == (503, "Failed to request a message push: not_published_to_any_peer")
+    assert api("GET", path, None).status_code == 404
+    assert api("POST", "/relay/v1/subscriptions", [JOINED]).status_code == 200
+    assert (api("POST", path, {**message, "timestamp": 12}).status_code) == 200
+    assert api("DELETE", "/relay/v1/subscriptions", ["/waku/2/rs/1/6"]).status_code == 200  # not joined: OK
+    assert api.pubsub.left == [JOINED]
