@@ -233,7 +233,8 @@ class Bridge:
                     self.filter = FilterService(host, self.bridge_id, fs,
                                                 bootstrap_servers=self.settings.bootstrap_servers,
                                                 client_options=self.settings.client_options,
-                                                registry=self.metrics.registry)
+                                                registry=self.metrics.registry,
+                                                relayed=lambda: pubsub.topic_ids)
                     nursery.start_soon(self.filter.run)
                 rest = self.settings.rest
                 if rest is not None:  # the REST API (ingest/rest/), on this trio loop
