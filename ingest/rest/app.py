@@ -43,6 +43,7 @@ from ingest.rest.cache import MessageCache
 from ingest.rest.settings import RestSettings
 from ingest.settings import BridgeSettings, parse_peer
 from ingest.store.client import StoreClient
+from ingest.store.codec_v3 import BAD_RESPONSE
 from ingest.store.server import StoreServer
 from schemas import store_v3_pb2 as pb3
 from schemas.waku_message_pb2 import WakuMessage
@@ -53,6 +54,7 @@ OPENAPI_FILE = Path(__file__).with_name("openapi.yaml")
 BAD_ROUTE = "Bad request initiated. Invalid path or method used."
 ADMIN_OFF = "/admin endpoints are not available. Please check your configuration: --rest-admin=true"
 NO_STORE_PEER = "No suitable service peer & no discovery method"
+MULTIADDR_NO_SLASH = "multiaddress: Invalid MultiAddress, must start with `/`"
 LOG_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "NOTICE": logging.INFO,
               "WARN": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
 
@@ -191,7 +193,11 @@ class Api:
             if store is None:
                 return text(412, NO_STORE_PEER)
             resp = pb3.StoreQueryResponse.FromString(await store.query_v3(req, "rest"))
+            if resp.status_code == BAD_RESPONSE:  # nwaku: its archive failed the query (an unknown cursor)
+                return text(500, f"error in handleSelfStoreRequest: {resp.status_desc}")
             return JSONResponse(codec.store_response_json(resp))
+        if not peer_addr.startswith("/"):  # nwaku's MultiAddress.init refuses it first
+            return text(400, f"Failed parsing remote peer info: MultiAddress.init [{MULTIADDR_NO_SLASH}]")
         try:
             info = parse_peer(peer_addr)
         except ValueError as exc:

@@ -193,11 +193,24 @@ def relay_message_json(msg: WakuMessage) -> dict[str, Any]:
 
 # --- store v3 ----------------------------------------------------------------------------------
 
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def hex_to_bytes(text: str) -> bytes:
+    """nim-stew's hexToSeqByte, with its ValueError texts: an even length (counting a `0x`
+    prefix), then each character a hex digit, read in order."""
+    if len(text) % 2:
+        raise ValueError("hex string must have even length")
+    digits = text[2:] if text[:2] in ("0x", "0X") else text
+    for c in digits:
+        if c not in _HEX_DIGITS:
+            raise ValueError(f"{c} is not a hexadecimal character")
+    return bytes.fromhex(digits)
+
+
 def _hash(text: str) -> bytes:
-    hexa = unquote(text)
-    digits = hexa[2:] if hexa[:2] in ("0x", "0X") else hexa
     try:
-        data = bytes.fromhex(digits)
+        data = hex_to_bytes(unquote(text))
     except ValueError as exc:
         raise BadRequest(f"Exception converting hex string to bytes: {exc}") from None
     if len(data) != 32:

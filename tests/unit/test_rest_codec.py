@@ -166,3 +166,18 @@ def test_filter_bodies_and_messages():
     msg = WakuMessage(payload=b"hi", content_topic="c", timestamp=3, rate_limit_proof=b"p")
     assert codec.filter_message_json(msg) == {"payload": "aGk=", "contentTopic": "c", "version": 0, "timestamp": 3,
                                               "ephemeral": False}
+
+
+def test_hex_errors_are_nwaku_texts():
+    """nim-stew's hexToSeqByte words (nwaku's parseHash), not Python's."""
+    prefix = "Exception converting hex string to bytes: "
+    for value, why in [("0xtest", "t is not a hexadecimal character"), ("test", "t is not a hexadecimal character"),
+                       ("ab#d", "# is not a hexadecimal character"), ("abc", "hex string must have even length"),
+                       ("0x" + "a" * 63, "hex string must have even length")]:
+        for name in ("cursor", "hashes"):
+            with pytest.raises(codec.BadRequest) as err:
+                codec.store_request({name: value})
+            assert str(err.value) == prefix + why, (name, value)
+    with pytest.raises(codec.BadRequest, match="invalid hash length: 2"):
+        codec.store_request({"cursor": "0x1234"})
+    assert codec.hex_to_bytes("0XaB") == b"\xab"

@@ -155,3 +155,32 @@ def test_relay_unsubscribe_leaves_the_topic(api):
     assert (api("POST", path, {**message, "timestamp": 12}).status_code) == 200
     assert api("DELETE", "/relay/v1/subscriptions", ["/waku/2/rs/1/6"]).status_code == 200  # not joined: OK
     assert api.pubsub.left == [JOINED]
+
+
+def test_store_route_answers_as_nwaku():
+    """GET /store/v3/messages: our store's BAD_RESPONSE (an unknown cursor) is nwaku's 500 of
+    handleSelfStoreRequest; a peerAddr without its leading `/` is nwaku's MultiAddress.init
+    refusal (400)."""
+    from ingest.store import codec_v3
+
+    class FakeStore:
+        async def query_v3(self, req: Any, peer: str) -> bytes:
+            return codec_v3.response(req.request_id, codec_v3.BAD_RESPONSE, codec_v3.CURSOR_NOT_FOUND)
+
+    node: Any = SimpleNamespace(settings=SimpleNamespace(cluster_id=1, num_shards_in_cluster=8), pubsub=None,
+                                filter=None, store=FakeStore(), lightpush=None, host=None, router=None, addrs=[])
+    app = build_app(node, RestSettings(enabled=True), MessageCache(10))
+
+    def get(params: dict[str, str]) -> httpx.Response:
+        async def go() -> httpx.Response:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+                return await c.get("/store/v3/messages", params=params)
+        return trio.run(go)
+
+    r = get({"cursor": "0x" + "07" * 32})
+    assert (r.status_code, r.text) == (
+        500, "error in handleSelfStoreRequest: BAD_RESPONSE: archive error: DRIVER_ERROR: cursor not found")
+    peer = "ip4/127.0.0.1/tcp/60000/p2p/16Uiu2HAmVFXtAfSj4EiR7mL2KvL4EE2wztuQgUSBoj2Jx2KeXFLN"
+    r = get({"peerAddr": peer})
+    assert (r.status_code, r.text) == (400, "Failed parsing remote peer info: MultiAddress.init "
+                                            "[multiaddress: Invalid MultiAddress, must start with `/`]")
