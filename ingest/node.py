@@ -25,10 +25,13 @@ from core.threads import RECENT_FAILURE_S, SupervisedThread
 from ingest.discv5.service import Discv5Service
 from ingest.enr import FILTER, LIGHTPUSH, RELAY, STORE, EnrError, Record, WakuEnrFields, announce
 from ingest.enr import decode as decode_enr
+from ingest.filter import codec as filter_codec
 from ingest.filter.service import FilterService
+from ingest.framing import frame
 from ingest.host import ListenError, StreamGate, build_host, check_listen_addrs, dial, listen_addrs, tls_server_context
 from ingest.identity import enr_state_file, is_secp256k1, load_identity, peer_id_of
 from ingest.kafka_producer import IngestProducer, ProducerSettings
+from ingest.lightpush import codec as lp_codec
 from ingest.lightpush.protocol import Accepted, PushContext
 from ingest.lightpush.service import LightpushService
 from ingest.metadata.service import MetadataService
@@ -40,6 +43,7 @@ from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
 from ingest.rest.cache import MessageCache
 from ingest.settings import BridgeSettings, node_shards
+from ingest.store import codec_v3
 from ingest.store.server import StoreServer
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
@@ -151,6 +155,12 @@ class Bridge:
         self.host = host = build_host(self.key_pair, self.listen_addrs, tls_server=tls, announce=s.announce,
                                       stream_gate=gate)
         self.stream_gate = gate
+        # Streams over the caps of the request/response protocols get their 429, not a reset.
+        for protocol, answer in ((filter_codec.FILTER_SUBSCRIBE_CODEC, filter_codec.rejected_response()),
+                                 (lp_codec.LIGHTPUSH_V3_CODEC, lp_codec.v3_rejected()),
+                                 (lp_codec.LIGHTPUSH_V2_CODEC, lp_codec.v2_rejected()),
+                                 (codec_v3.STORE_V3_CODEC, codec_v3.rejected())):
+            gate.refuse_with(protocol, frame(answer))
         self.router, self.pubsub = new_relay(
             host, validator=WakuMessageValidator(s.limits), sink=self._sink, observer=self.metrics,
             max_rpc_bytes=s.max_rpc_bytes, max_messages_per_rpc=s.relay_max_messages_per_rpc,

@@ -49,6 +49,20 @@ def legacy_info(code: int, detail: str = "") -> str:
     return detail or STATUS_NAMES.get(code, str(code))
 
 
+# nwaku's TooManyRequestsMessage: the answer to a request its limiter rejects, unread.
+TOO_MANY_REQUESTS_MESSAGE = "Request rejected due to too many requests"
+
+
+def v3_rejected() -> bytes:
+    return pb.LightpushResponse(request_id="N/A", status_code=TOO_MANY_REQUESTS,
+                                status_desc=TOO_MANY_REQUESTS_MESSAGE).SerializeToString()
+
+
+def v2_rejected() -> bytes:
+    return pb.PushRPC(request_id="N/A", response=pb.PushResponse(
+        is_success=False, info=TOO_MANY_REQUESTS_MESSAGE)).SerializeToString()
+
+
 def v3_response(request_id: str, code: int, detail: str = "", relay_peers: int | None = None) -> bytes:
     r = pb.LightpushResponse(request_id=request_id, status_code=code)
     if code != SUCCESS or detail:

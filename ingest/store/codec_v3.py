@@ -35,6 +35,12 @@ STATUS_NAMES = {OK: "OK", BAD_RESPONSE: "BAD_RESPONSE", BAD_REQUEST: "BAD_REQUES
 CURSOR_NOT_FOUND = "archive error: DRIVER_ERROR: cursor not found"
 
 
+def rejected() -> bytes:
+    """nwaku's answer to a query its limiter rejects, unread: request_id "N/A", 429."""
+    return pb3.StoreQueryResponse(request_id="N/A", status_code=TOO_MANY_REQUESTS,
+                                  status_desc="TOO_MANY_REQUESTS").SerializeToString()
+
+
 def decode_request(data: bytes) -> pb3.StoreQueryRequest:
     """Raises DecodeError when the bytes are not a StoreQueryRequest."""
     return pb3.StoreQueryRequest.FromString(data)
