@@ -329,7 +329,7 @@ class Api:
             return JSONResponse({"statusDesc": f"Invalid push request! {exc}"}, status_code=400)
         if code == lp_codec.SUCCESS:
             return JSONResponse({"relayPeerCount": peers or 0})
-        return JSONResponse({"statusDesc": lp_codec.status_desc(code, detail)}, status_code=code)
+        return JSONResponse({"statusDesc": lp_codec.status_desc(code, detail)}, status_code=codec.http_status(code))
 
     async def lightpush_v1(self, request: Request) -> Response:
         if self.node.lightpush is None:

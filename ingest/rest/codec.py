@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote, unquote_plus
 
@@ -30,6 +31,21 @@ class BadRequest(ValueError):
     def __init__(self, text: str, status: int = 400) -> None:
         super().__init__(text)
         self.status = status
+
+
+def reason_phrase(status: int) -> bytes:
+    """The standard reason phrase of a status ("Bad Request"), as nwaku's HTTP server (chronos)
+    writes it in its status lines; b"" for a code without one (lightpush's 420)."""
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b""
+
+
+def http_status(code: int) -> int:
+    """A protocol status as the HTTP status nwaku answers with (chronos's toHttpCode, else 500):
+    lightpush's 420 INVALID_MESSAGE is 500."""
+    return code if reason_phrase(code) else 500
 
 
 # --- bodies ------------------------------------------------------------------------------------

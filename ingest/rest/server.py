@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from contextlib import AsyncExitStack
-from http import HTTPStatus
 from typing import Any
 
 import h11
@@ -19,18 +18,10 @@ from ingest.filter.client import FilterClient
 from ingest.host import ListenError
 from ingest.rest.app import RestNode, build_app
 from ingest.rest.cache import MessageCache
+from ingest.rest.codec import reason_phrase
 from ingest.rest.settings import RestSettings
 
 log = logging.getLogger("ingest.rest")
-
-
-def reason_phrase(status: int) -> bytes:
-    """The standard reason phrase of a status ("Bad Request"), as nwaku's HTTP server (chronos)
-    writes it in its status lines; b"" for a code without one (lightpush's 420)."""
-    try:
-        return HTTPStatus(status).phrase.encode("ascii")
-    except ValueError:
-        return b""
 
 
 _send_h11_event = H11Protocol._send_h11_event

@@ -9,7 +9,8 @@ from typing import Any
 import trio
 
 from ingest.rest.cache import MessageCache
-from ingest.rest.server import reason_phrase, serve_rest
+from ingest.rest.codec import http_status, reason_phrase
+from ingest.rest.server import serve_rest
 from ingest.rest.settings import RestSettings
 
 
@@ -61,3 +62,4 @@ def test_reason_phrases_of_every_status_we_answer():
         421: b"Misdirected Request", 429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
         500: b"Internal Server Error", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
     assert reason_phrase(420) == b""
+    assert (http_status(420), http_status(421), http_status(413), http_status(505)) == (500, 421, 413, 505)
