@@ -6,7 +6,8 @@
   (forward) or first (backward) message of a page that more messages follow, absent at the end
   (after an exactly full last page too, as nwaku).
 - A cursor naming no stored message: 300 `BAD_RESPONSE: archive error: DRIVER_ERROR: cursor not
-  found`, nwaku's answer (its archive driver's error).
+  found`, nwaku's answer (its archive driver's error); an all-zero one: 300 `BAD_RESPONSE:
+  archive error: INVALID_QUERY: all zeroes cursor hash`.
 - Each message goes out with its hash and pubsub topic, and the WakuMessage when include_data.
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ STATUS_NAMES = {OK: "OK", BAD_RESPONSE: "BAD_RESPONSE", BAD_REQUEST: "BAD_REQUES
 
 
 CURSOR_NOT_FOUND = "archive error: DRIVER_ERROR: cursor not found"
+ZERO_CURSOR = "archive error: INVALID_QUERY: all zeroes cursor hash"  # nwaku's archive checks it first
 
 
 def rejected() -> bytes:

@@ -304,6 +304,8 @@ class StoreServer:
         The cursor names one message: its place in the total order (receive time, digest, hash)."""
         query = p.query
         if p.cursor_hash is not None:
+            if not any(p.cursor_hash):
+                return codec_v3.BAD_RESPONSE, codec_v3.ZERO_CURSOR, [], None
             at = await self._blocking(self.reader.locate, p.cursor_hash)
             if at is None:
                 return codec_v3.BAD_RESPONSE, codec_v3.CURSOR_NOT_FOUND, [], None

@@ -317,9 +317,19 @@ def test_store_refuses_bad_parameters(nodes):
     # In-band refusals of the store (as the libp2p answer): HTTP 200 with statusCode 400.
     r = a.get("/store/v3/messages", startTime="20", endTime="10").json()
     assert r["statusCode"] == 400 and r["statusDesc"].startswith("BAD_REQUEST")
-    unknown = "0x" + "00" * 32
-    r = a.get("/store/v3/messages", cursor=unknown).json()
-    assert r["statusCode"] == 400 and "cursor" in r["statusDesc"]
+    # nwaku's archive errors: its self-store answer 500 (HTTP) with the store's text.
+    r = a.get("/store/v3/messages", cursor="0x" + "07" * 32)
+    assert (r.status_code, r.text) == (
+        500, "error in handleSelfStoreRequest: BAD_RESPONSE: archive error: DRIVER_ERROR: cursor not found")
+    r = a.get("/store/v3/messages", cursor="0x" + "00" * 32)
+    assert (r.status_code, r.text) == (
+        500, "error in handleSelfStoreRequest: BAD_RESPONSE: archive error: INVALID_QUERY: all zeroes cursor hash")
+    r = a.get("/store/v3/messages", peerAddr="ip4/127.0.0.1/tcp/1/p2p/" + a.proc.tcp_addr.rsplit("/", 1)[1])
+    assert (r.status_code, r.text) == (400, "Failed parsing remote peer info: MultiAddress.init "
+                                            "[multiaddress: Invalid MultiAddress, must start with `/`]")
+    r = a.get("/store/v3/messages", hashes="0xtest")
+    assert (r.status_code, r.text) == (
+        400, "Exception converting hex string to bytes: t is not a hexadecimal character")
 
 
 def test_lightpush_refusals(nodes):
@@ -395,13 +405,22 @@ def test_openapi_no_server_error_and_schema_conformance(nodes, operation):
     seed = int(os.environ.get("REST_FUZZ_SEED", "0")) or random.randrange(1, 100_000)
     print(f"{operation.label}: seed={seed}")
 
+    def no_server_error_but_nwakus(ctx, response, case):
+        """nwaku's own 500s are answered as nwaku: its self-store's archive errors (an unknown
+        cursor) and lightpush v3's 420 (a message already seen), which chronos maps to 500."""
+        if response.status_code == 500 and (
+                response.text.startswith("error in handleSelfStoreRequest: BAD_RESPONSE: ")
+                or "Dropping already-seen message" in response.text):
+            return None
+        return checks.not_a_server_error(ctx, response, case)
+
     @fixed_seed(seed)
     @settings(max_examples=int(os.environ.get("REST_FUZZ_EXAMPLES", "25")), deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(case=operation.as_strategy())
     def run(case):
         case.call_and_validate(base_url=target.url, checks=[
-            checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
+            no_server_error_but_nwakus, checks.status_code_conformance, checks.content_type_conformance,
             checks.response_schema_conformance])
 
     run()

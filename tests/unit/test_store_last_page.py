@@ -85,6 +85,8 @@ def test_a_cursor_of_no_stored_message_is_nwaku_cursor_not_found(tmp_path):
     server = StoreServer(fresh_reader(path, Tail()), StoreServiceSettings(max_concurrent_queries=0))
     code, detail, got, cursor = v3(server, cursor=b"\x07" * 32, forward=True)
     assert (code, detail, got, cursor) == (300, "archive error: DRIVER_ERROR: cursor not found", [], None)
+    zero = v3(server, cursor=bytes(32), forward=True)
+    assert zero[:2] == (300, "archive error: INVALID_QUERY: all zeroes cursor hash")
     resp = codec_v3.response("r", code, detail)
     from schemas import store_v3_pb2 as pb3
     out = pb3.StoreQueryResponse.FromString(resp)
