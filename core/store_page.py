@@ -15,7 +15,9 @@ Semantics (../shared/DESIGN.md "Store 2.0.0-beta2 paging"):
   exclusive and is a position: valid whether or not a message sits there); no cursor: the
   first (forward) or last (backward) page;
 - pages are always returned oldest first; the response cursor is the Index of the last
-  (forward) or first (backward) message of the page, absent for an empty page;
+  (forward) or first (backward) message of the page, present only when more messages follow
+  (nwaku reads one row more than the page to know: no cursor after an exactly full last page);
+  a reader hands `finish_page` at least page size + 1 candidates when that many match;
 - empty pubsub topic / content filters mean "any".
 
 A query that cannot be served (`check_query` gives a reason) gets an empty page.
@@ -189,16 +191,26 @@ def in_window(m: StoredMessage, query: StoreQuery) -> bool:
 
 def finish_page(candidates: Iterable[StoredMessage], query: StoreQuery, limits: StoreLimits = StoreLimits(),
                 rows_scanned: int = 0) -> Page:
-    """The page from matching messages on the queried side of the cursor (any order, any
-    superset of the page): the `n` nearest to the cursor, oldest first, with the cursor."""
+    """The page from matching messages on the queried side of the cursor (any order; the
+    `n + 1` nearest to the cursor at least, when that many match): the `n` nearest, oldest
+    first, with the cursor when a further message follows (the `n + 1`-th)."""
     n = page_size_of(query.page_size, limits)
-    ordered = sorted(candidates, key=key_of, reverse=not query.forward)[:n]
+    ordered = sorted(candidates, key=key_of, reverse=not query.forward)[:n + 1]
+    more = len(ordered) > n
+    del ordered[n:]
     if not query.forward:
         ordered.reverse()
     cursor = None
-    if ordered:
+    if more:
         cursor = ordered[-1].index if query.forward else ordered[0].index
     return Page(ordered, cursor, query.forward, rows_scanned)
+
+
+def edge_index(page: Page) -> Index | None:
+    """The Index of the page's edge message (last forward, first backward), None when empty."""
+    if not page.messages:
+        return None
+    return page.messages[-1].index if page.forward else page.messages[0].index
 
 
 def page_from_rows(rows: Iterable[StoredMessage], query: StoreQuery, limits: StoreLimits = StoreLimits()) -> Page:

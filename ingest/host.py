@@ -240,15 +240,17 @@ NETWORK_ERRORS = (IOException, MuxedStreamError, MuxedConnError, OSError, EOFErr
 @dataclass(frozen=True)
 class StreamLimits:
     """Inbound streams open at once, per remote peer and in all (every protocol, relay included:
-    relay holds one per peer). A stream over either cap is reset before its handler runs."""
+    relay holds one per peer). A stream over either cap is refused before its handler runs:
+    answered 429 unread where its protocol has that answer (StreamGate.refuse_with), else reset."""
     per_peer: int = 64
     total: int = 4096
 
 
 class StreamGate:
-    """Counts inbound streams while their handlers run and refuses (resets) a stream over the
-    caps: the libp2p resource manager's stream limits, for py-libp2p, which has none. Installed
-    on a host with `gate_stream_handlers`; `on_refused(protocol, scope)` counts refusals."""
+    """Counts inbound streams while their handlers run and refuses a stream over the caps (its
+    protocol's 429 when registered with `refuse_with`, else a reset): the libp2p resource
+    manager's stream limits, for py-libp2p, which has none. Installed on a host with
+    `gate_stream_handlers`; `on_refused(protocol, scope)` counts refusals."""
 
     def __init__(self, limits: StreamLimits,
                  on_refused: Callable[[str, str], None] | None = None,
@@ -260,6 +262,10 @@ class StreamGate:
         # swarm). on_failed(protocol, kind): kind "network" (the peer reset, closed or left) or
         # "handler" (a bug: logged once per protocol with its one-line cause).
         self.on_failed = on_failed
+        # protocol -> the framed answer a refused stream of it gets instead of a reset (the
+        # request/response protocols' 429, as nwaku answers a request its limiter rejects,
+        # without reading it: request_id "N/A"); see `refuse_with`.
+        self.refusals: dict[str, bytes] = {}
         self._logged: set[str] = set()
         self.total = 0
         self.by_peer: Counter[ID] = Counter()
@@ -274,6 +280,9 @@ class StreamGate:
                     self.on_refused(protocol, scope)
                 logging.getLogger("ingest.host").debug("stream %s from %s refused: %s cap reached",
                                                        protocol, peer, scope)
+                answer = self.refusals.get(protocol)
+                if answer is not None and await _answer_quietly(stream, answer):
+                    return
                 try:
                     await stream.reset()
                 except Exception:  # noqa: BLE001 - the peer may be gone already
@@ -297,6 +306,10 @@ class StreamGate:
 
         return gated
 
+    def refuse_with(self, protocol: str, answer: bytes) -> None:
+        """A stream of `protocol` over the caps is answered `answer` (framed) and closed, not
+        reset: a client of a request/response protocol reads its status (429)."""
+        self.refusals[protocol] = answer
 
     def _failed(self, protocol: str, kind: str, exc: BaseException) -> None:
         if self.on_failed is not None:
@@ -309,6 +322,21 @@ class StreamGate:
                        str(exc).splitlines()[0] if str(exc) else "")
         else:
             lg.debug("stream %s ended: %s: %s", protocol, type(exc).__name__, exc)
+
+
+REFUSAL_WRITE_S = 1.0  # a refused stream's answer: written within this, else the stream is reset
+
+
+async def _answer_quietly(stream: INetStream, answer: bytes) -> bool:
+    """Write a refusal and close the stream, unread; False when that did not happen in time."""
+    with trio.move_on_after(REFUSAL_WRITE_S):
+        try:
+            await stream.write(answer)
+            await stream.close()
+            return True
+        except Exception:  # noqa: BLE001 - the peer may be gone already
+            return False
+    return False
 
 
 async def _reset_quietly(stream: INetStream) -> None:

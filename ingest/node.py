@@ -25,10 +25,13 @@ from core.threads import RECENT_FAILURE_S, SupervisedThread
 from ingest.discv5.service import Discv5Service
 from ingest.enr import FILTER, LIGHTPUSH, RELAY, STORE, EnrError, Record, WakuEnrFields, announce
 from ingest.enr import decode as decode_enr
+from ingest.filter import codec as filter_codec
 from ingest.filter.service import FilterService
+from ingest.framing import frame
 from ingest.host import ListenError, StreamGate, build_host, check_listen_addrs, dial, listen_addrs, tls_server_context
 from ingest.identity import enr_state_file, is_secp256k1, load_identity, peer_id_of
 from ingest.kafka_producer import IngestProducer, ProducerSettings
+from ingest.lightpush import codec as lp_codec
 from ingest.lightpush.client import LightpushClient
 from ingest.lightpush.codec import INVALID_MESSAGE, OUT_OF_RLN_PROOF
 from ingest.lightpush.protocol import Accepted, PushContext, Refused
@@ -38,12 +41,13 @@ from ingest.metrics import DROP_REASONS, BridgeMetrics
 from ingest.nwaku_metrics import NwakuMetrics
 from ingest.peer_exchange.protocol import Candidate
 from ingest.peer_exchange.service import PeerExchangeService
-from ingest.relay.codec import Reject
+from ingest.relay.codec import Reject, relay_message_id
 from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
 from ingest.rest.cache import MessageCache
 from ingest.rln.service import OutOfProofs, RlnError, RlnRefused, RlnRelay
 from ingest.settings import BridgeSettings, node_shards
+from ingest.store import codec_v3
 from ingest.store.server import StoreServer
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
@@ -169,6 +173,12 @@ class Bridge:
                 self.rln = RlnRelay.open(s.rln, registry=self.metrics.registry)
             except RlnError as exc:
                 raise BridgeError(str(exc)) from None
+        # Streams over the caps of the request/response protocols get their 429, not a reset.
+        for protocol, answer in ((filter_codec.FILTER_SUBSCRIBE_CODEC, filter_codec.rejected_response()),
+                                 (lp_codec.LIGHTPUSH_V3_CODEC, lp_codec.v3_rejected()),
+                                 (lp_codec.LIGHTPUSH_V2_CODEC, lp_codec.v2_rejected()),
+                                 (codec_v3.STORE_V3_CODEC, codec_v3.rejected())):
+            gate.refuse_with(protocol, frame(answer))
         self.router, self.pubsub = new_relay(
             host, validator=WakuMessageValidator(s.limits), sink=self._sink, observer=self.metrics,
             max_rpc_bytes=s.max_rpc_bytes, max_messages_per_rpc=s.relay_max_messages_per_rpc,
@@ -236,11 +246,13 @@ class Bridge:
                         timeout=self.settings.rest.request_timeout_s if self.settings.rest else 5.0)
                 if self.settings.lightpush_enabled and self.settings.relay:  # nwaku: lightpush needs relay
                     s = self.settings
-                    ctx = PushContext(frozenset(s.pubsub_topics), s.cluster_id, s.num_shards_in_cluster,
-                                      lambda data: check_message(data, s.limits))
+                    ctx = PushContext(pubsub.topic_ids, s.cluster_id, s.num_shards_in_cluster,
+                                      lambda data: check_message(data, s.limits), s.limits.max_message_bytes)
                     self.lightpush = LightpushService(host, ctx, store=self._store_pushed_cached, relay=self._relay,
                                                       registry=self.metrics.registry,
                                                       per_peer_per_s=s.lightpush_per_peer_per_s,
+                                                      seen=lambda data: pubsub.seen_messages.has(
+                                                          relay_message_id(data)),
                                                       rln=self._rln_pushed if self.rln is not None else None)
                     self.lightpush.mount()
                 if self.settings.peer_exchange_enabled:
@@ -263,7 +275,8 @@ class Bridge:
                     self.filter = FilterService(host, self.bridge_id, fs,
                                                 bootstrap_servers=self.settings.bootstrap_servers,
                                                 client_options=self.settings.client_options,
-                                                registry=self.metrics.registry)
+                                                registry=self.metrics.registry,
+                                                relayed=lambda: pubsub.topic_ids)
                     nursery.start_soon(self.filter.run)
                 rest = self.settings.rest
                 if rest is not None:  # the REST API (ingest/rest/), on this trio loop

@@ -46,6 +46,16 @@ def push_v00(request_id: str, message: WakuMessage) -> bytes:
     return f00.FilterRPC(requestId=request_id, push=f00.MessagePush(messages=[message])).SerializeToString()
 
 
+# nwaku's answer to a request its limiter rejects, unread (waku_filter_v2/protocol.nim).
+REJECTED_DESC = "filter request rejected due rate limit exceeded"
+
+
+def rejected_response() -> bytes:
+    """The FilterSubscribeResponse of a request refused unread: request_id "N/A", 429."""
+    return fv2.FilterSubscribeResponse(request_id="N/A", status_code=429,
+                                       status_desc=REJECTED_DESC).SerializeToString()
+
+
 def subscribe_response(request_id: str, code: int, detail: str = "") -> bytes:
     """A FilterSubscribeResponse echoing request_id, with nwaku's status description."""
     return fv2.FilterSubscribeResponse(request_id=request_id, status_code=code,

@@ -13,6 +13,7 @@ handler does.
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from ingest.filter.codec import BAD_REQUEST, NOT_FOUND, OK
@@ -71,9 +72,10 @@ def from_v00(rpc: f00.FilterRPC, default_pubsub_topic: str) -> FilterRequest:
 
 
 def handle(peer: str, request: FilterRequest, view: SubscriptionView,
-           relayed: frozenset[str] = frozenset()) -> Response:
+           relayed: Collection[str] | None = None) -> Response:
     """What to answer `peer` and which subscription changes to record. Reads `view` only.
-    `relayed`: the pubsub topics this node relays (empty: any). A SUBSCRIBE to another topic
+    `relayed`: the pubsub topics this node relays now, however it joined them (its settings',
+    REST's `POST /relay/v1/subscriptions`); None: any. A SUBSCRIBE to another topic
     could never be pushed to: it is refused with 400 BAD_REQUEST, the code nwaku's filter answers
     a request it cannot serve as asked (waku_filter_v2/common.nim FilterSubscribeErrorKind; its
     own service does not check the topic and answers 200), as lightpush refuses it (421)."""
@@ -86,7 +88,7 @@ def handle(peer: str, request: FilterRequest, view: SubscriptionView,
         code, detail = view.check_criteria(topic, cts)
         if code != OK or topic is None:  # (a missing topic is refused by check_criteria)
             return Response(code, detail)
-        if relayed and topic not in relayed:
+        if relayed is not None and topic not in relayed:
             return Response(BAD_REQUEST, f"this node does not relay {topic}")
         code, detail = view.can_subscribe(peer, topic, cts)
         if code != OK:

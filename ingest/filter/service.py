@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 import trio
@@ -95,8 +95,11 @@ def _create_topics(bootstrap_servers: str, client_options: Mapping[str, str], to
 class FilterService:
     def __init__(self, host: IHost, bridge_id: str, settings: FilterSettings, *, bootstrap_servers: str,
                  client_options: Mapping[str, str] | None = None, registry: CollectorRegistry | None = None,
-                 producer_linger_ms: int = 5) -> None:
+                 producer_linger_ms: int = 5, relayed: Callable[[], Collection[str]] | None = None) -> None:
         self.host = host
+        # The topics the node relays now (the bridge's relay, joined later through REST too);
+        # None: the settings' relayed_topics (empty: any).
+        self.relayed = relayed
         self.bridge_id = bridge_id
         self.settings = settings
         self.bootstrap_servers = bootstrap_servers
@@ -231,7 +234,8 @@ class FilterService:
             now = time.time()
             if self.view.rate_limited(peer, now):
                 return TOO_MANY_REQUESTS, "request rate limit reached"
-            response = handle(peer, request, self.view, self.settings.relayed_topics)
+            relayed = self.relayed() if self.relayed is not None else (self.settings.relayed_topics or None)
+            response = handle(peer, request, self.view, relayed)
             for change in response.events:
                 if change.op == pr.REFRESH:
                     # Best effort: the next ping refreshes again. It answers: reachable.

@@ -32,6 +32,37 @@ def status_desc(code: int, detail: str = "") -> str:
     return status_text(STATUS_NAMES, code, detail)
 
 
+# nwaku's legacy lightpush (v2, REST v1) says this of every message it did not publish: a topic
+# it does not relay, a message its relay has already seen (waku_lightpush_legacy/callbacks.nim).
+NOT_PUBLISHED = "not_published_to_any_peer"
+
+
+# nwaku's v3 text for a message its relay has already seen (mapPubishingErrorToPushResult).
+ALREADY_SEEN = "Dropping already-seen message"
+
+
+def legacy_info(code: int, detail: str = "") -> str:
+    """The `info` of a refused legacy push, nwaku's text: the cause alone (no status name),
+    not_published_to_any_peer for what its relay would not publish."""
+    if code == UNSUPPORTED_PUBSUB_TOPIC or detail == ALREADY_SEEN:
+        return NOT_PUBLISHED
+    return detail or STATUS_NAMES.get(code, str(code))
+
+
+# nwaku's TooManyRequestsMessage: the answer to a request its limiter rejects, unread.
+TOO_MANY_REQUESTS_MESSAGE = "Request rejected due to too many requests"
+
+
+def v3_rejected() -> bytes:
+    return pb.LightpushResponse(request_id="N/A", status_code=TOO_MANY_REQUESTS,
+                                status_desc=TOO_MANY_REQUESTS_MESSAGE).SerializeToString()
+
+
+def v2_rejected() -> bytes:
+    return pb.PushRPC(request_id="N/A", response=pb.PushResponse(
+        is_success=False, info=TOO_MANY_REQUESTS_MESSAGE)).SerializeToString()
+
+
 def v3_response(request_id: str, code: int, detail: str = "", relay_peers: int | None = None) -> bytes:
     r = pb.LightpushResponse(request_id=request_id, status_code=code)
     if code != SUCCESS or detail:
@@ -44,7 +75,7 @@ def v3_response(request_id: str, code: int, detail: str = "", relay_peers: int |
 def v2_response(request_id: str, code: int, detail: str = "") -> bytes:
     resp = pb.PushResponse(is_success=code == SUCCESS)
     if code != SUCCESS:
-        resp.info = status_desc(code, detail)
+        resp.info = legacy_info(code, detail)
     return pb.PushRPC(request_id=request_id, response=resp).SerializeToString()
 
 

@@ -4,23 +4,30 @@ code and reason), with the reference nodes' codes. The service (ingest/lightpush
 then produces the message to Kafka, publishes it on relay and answers."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from core.message import MAX_MESSAGE_BYTES
 from core.topics import autoshard, shard_topic
 from ingest.lightpush.codec import BAD_REQUEST, INVALID_MESSAGE, PAYLOAD_TOO_LARGE, UNSUPPORTED_PUBSUB_TOPIC
 from schemas import lightpush_pb2 as lp
 from schemas.waku_message_pb2 import WakuMessage
 
+# nwaku's text when a request's message has a meta over 64 bytes: its protobuf decoding fails
+# (decodeRpcFailure & ": " & the ProtobufError).
+META_TOO_LONG = 'decode_rpc_failure: (kind: InvalidLengthField, field: "meta")'
+
 
 @dataclass(frozen=True)
 class PushContext:
-    """What a decision needs of the node: the topics it relays, its cluster for autosharding,
+    """What a decision needs of the node: the topics it relays (a live view: those it joined
+    later, e.g. through REST, are served, those it left are not), its cluster for autosharding,
     and the message rules (core/message.check_message with the configured limits)."""
-    pubsub_topics: frozenset[str]
+    pubsub_topics: Collection[str]
     cluster_id: int
     num_shards_in_cluster: int
     check: Callable[[bytes], tuple[WakuMessage | None, str | None]]
+    max_message_bytes: int = MAX_MESSAGE_BYTES  # the check's limit, for the refusal's text
 
 
 @dataclass(frozen=True)
@@ -42,8 +49,8 @@ def decide(request_id: str, pubsub_topic: str | None, message: WakuMessage | Non
            ctx: PushContext) -> Accepted | Refused:
     """The v3 rules (v2 requests come here with their pubsub topic): a message is required; an
     absent pubsub topic is derived by autosharding from the content topic; the topic must be
-    one this node relays (421); the message must pass the relay rules (413 oversized, 420
-    otherwise)."""
+    one this node relays (421); the message must pass the relay rules (413 oversized, 400 a
+    meta too long, as nwaku's request decoding, 420 otherwise)."""
     if message is None:
         return Refused(request_id, BAD_REQUEST, "no message")
     data = message.SerializeToString()
@@ -55,8 +62,10 @@ def decide(request_id: str, pubsub_topic: str | None, message: WakuMessage | Non
     if pubsub_topic not in ctx.pubsub_topics:
         return Refused(request_id, UNSUPPORTED_PUBSUB_TOPIC, f"this node does not relay {pubsub_topic}")
     msg, reason = ctx.check(data)
-    if reason == "oversized":
-        return Refused(request_id, PAYLOAD_TOO_LARGE, "message exceeds the size limit")
+    if reason == "oversized":  # nwaku's relay validateMessage text
+        return Refused(request_id, PAYLOAD_TOO_LARGE, f"Message size exceeded maximum of {ctx.max_message_bytes} bytes")
+    if reason == "meta_too_long":  # nwaku: the request's WakuMessage does not decode
+        return Refused(request_id, BAD_REQUEST, META_TOO_LONG)
     if reason is not None:
         return Refused(request_id, INVALID_MESSAGE, reason.replace("_", " "))
     assert msg is not None  # the check names a reason or returns the message

@@ -3,7 +3,8 @@ decode, `protocol.from_v3/from_v2` decide, and an accepted message is produced t
 source `lightpush` (the answer waits for the acknowledgement: 200 means stored) and published
 on relay (the answer's relay_peer_count). With no relay peer the message is still accepted:
 stored, and pushed to filter subscribers by the pipeline (nwaku answers 505 there, as it
-cannot deliver it otherwise; docs/decisions.md)."""
+cannot deliver it otherwise; docs/decisions.md). A message relay has already seen is refused
+(420 `Dropping already-seen message`; legacy: `not_published_to_any_peer`), as nwaku."""
 from __future__ import annotations
 
 import logging
@@ -39,7 +40,7 @@ class LightpushService:
 
     def __init__(self, host: IHost, ctx: PushContext, *, store: Callable[[Accepted], Awaitable[bool]],
                  relay: Callable[[str, bytes], Awaitable[int]], registry: CollectorRegistry | None = None,
-                 per_peer_per_s: float = 0.0,
+                 per_peer_per_s: float = 0.0, seen: Callable[[bytes], bool] = lambda data: False,
                  rln: Callable[[Accepted], Awaitable[Accepted | Refused]] | None = None) -> None:
         self.host = host
         # RLN (the node's): a message on an RLN topic proved or refused before it is stored.
@@ -48,6 +49,7 @@ class LightpushService:
         self.ctx = ctx
         self.store = store
         self.relay = relay
+        self.seen = seen  # whether relay has already seen a message (its bytes)
         self.metrics = LightpushMetrics(registry)
 
     def mount(self) -> None:
@@ -80,6 +82,9 @@ class LightpushService:
         if isinstance(decision, Refused):
             log.debug("lightpush: request %s refused: %d %s", decision.request_id, decision.code, decision.detail)
             return decision.code, decision.detail, None
+        if self.seen(decision.data):  # nwaku's relay does not publish it again: an error
+            log.debug("lightpush: request %s: message already seen", decision.request_id)
+            return codec.INVALID_MESSAGE, codec.ALREADY_SEEN, None
         if self.rln is not None:
             checked = await self.rln(decision)
             if isinstance(checked, Refused):

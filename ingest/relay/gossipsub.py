@@ -407,6 +407,13 @@ class RelayPubsub(Pubsub):
         self.set_topic_validator(topic, self.validator, False)
         await self.subscribe(topic)
 
+    async def leave(self, topic: str) -> None:
+        """Unsubscribe from a pubsub topic: peers are told, the mesh is pruned, its messages are
+        neither relayed nor handed to the sink any more; join() takes it again."""
+        await self.unsubscribe(topic)
+        if topic in self.topic_validators:
+            self.remove_topic_validator(topic)
+
     # -- publishing ------------------------------------------------------------------------
 
     async def publish(self, topic_id: str | list[str], data: bytes) -> None:

@@ -44,6 +44,7 @@ from ingest.rest.settings import RestSettings
 from ingest.rln.service import RlnRefused
 from ingest.settings import BridgeSettings, parse_peer
 from ingest.store.client import StoreClient
+from ingest.store.codec_v3 import BAD_RESPONSE
 from ingest.store.server import StoreServer
 from schemas import store_v3_pb2 as pb3
 from schemas.waku_message_pb2 import WakuMessage
@@ -54,6 +55,7 @@ OPENAPI_FILE = Path(__file__).with_name("openapi.yaml")
 BAD_ROUTE = "Bad request initiated. Invalid path or method used."
 ADMIN_OFF = "/admin endpoints are not available. Please check your configuration: --rest-admin=true"
 NO_STORE_PEER = "No suitable service peer & no discovery method"
+MULTIADDR_NO_SLASH = "multiaddress: Invalid MultiAddress, must start with `/`"
 LOG_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "NOTICE": logging.INFO,
               "WARN": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
 
@@ -195,7 +197,11 @@ class Api:
             if store is None:
                 return text(412, NO_STORE_PEER)
             resp = pb3.StoreQueryResponse.FromString(await store.query_v3(req, "rest"))
+            if resp.status_code == BAD_RESPONSE:  # nwaku: its archive failed the query (an unknown cursor)
+                return text(500, f"error in handleSelfStoreRequest: {resp.status_desc}")
             return JSONResponse(codec.store_response_json(resp))
+        if not peer_addr.startswith("/"):  # nwaku's MultiAddress.init refuses it first
+            return text(400, f"Failed parsing remote peer info: MultiAddress.init [{MULTIADDR_NO_SLASH}]")
         try:
             info = parse_peer(peer_addr)
         except ValueError as exc:
@@ -239,8 +245,12 @@ class Api:
     async def relay_unsubscribe(self, request: Request) -> Response:
         topics = codec.topic_list(await self.body(request))
         self._check_topics(topics)
-        for topic in topics:
+        pubsub = self.node.pubsub
+        for topic in topics:  # as nwaku: the cache drops it and relay leaves it
             self.cache.unsubscribe(pubsub_topic=topic)
+            if pubsub is not None and topic in pubsub.topic_ids:
+                await pubsub.leave(topic)
+                log.info("rest: relay left %s", topic)
         return ok()
 
     async def relay_get(self, request: Request) -> Response:
@@ -328,7 +338,7 @@ class Api:
             return JSONResponse({"statusDesc": f"Invalid push request! {exc}"}, status_code=400)
         if code == lp_codec.SUCCESS:
             return JSONResponse({"relayPeerCount": peers or 0})
-        return JSONResponse({"statusDesc": lp_codec.status_desc(code, detail)}, status_code=code)
+        return JSONResponse({"statusDesc": lp_codec.status_desc(code, detail)}, status_code=codec.http_status(code))
 
     async def lightpush_v1(self, request: Request) -> Response:
         client = getattr(self.node, "lightpush_client", None)  # bridge.lightpush_node
@@ -341,9 +351,8 @@ class Api:
             return ok()
         if code == lp_codec.TOO_MANY_REQUESTS:
             return text(429, "Request rate limmit reached")
-        # nwaku answers every refusal 503; a refused request (bad topic or message) is 400 here.
-        status = 503 if code >= 500 else 400
-        return text(status, f"Failed to request a message push: {lp_codec.status_desc(code, detail)}")
+        # nwaku answers every refusal 503, with its legacy protocol's text.
+        return text(503, f"Failed to request a message push: {lp_codec.legacy_info(code, detail)}")
 
     # -- admin -------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote, unquote_plus
 
@@ -30,6 +31,21 @@ class BadRequest(ValueError):
     def __init__(self, text: str, status: int = 400) -> None:
         super().__init__(text)
         self.status = status
+
+
+def reason_phrase(status: int) -> bytes:
+    """The standard reason phrase of a status ("Bad Request"), as nwaku's HTTP server (chronos)
+    writes it in its status lines; b"" for a code without one (lightpush's 420)."""
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b""
+
+
+def http_status(code: int) -> int:
+    """A protocol status as the HTTP status nwaku answers with (chronos's toHttpCode, else 500):
+    lightpush's 420 INVALID_MESSAGE is 500."""
+    return code if reason_phrase(code) else 500
 
 
 # --- bodies ------------------------------------------------------------------------------------
@@ -92,11 +108,25 @@ def _str(value: Any, name: str) -> str:
     return value
 
 
+RELAY_MESSAGE_FIELDS = frozenset({"payload", "contentTopic", "version", "timestamp", "meta", "ephemeral", "proof"})
+PUSH_REQUEST_FIELDS = frozenset({"pubsubTopic", "message"})
+# nwaku's readValue leaves an unknown field's value unread and its JSON reader then fails on it,
+# as on a null where it reads a number, string or bool: a token error, whose message is empty.
+UNREADABLE = ""
+
+
+def _known_fields(value: dict[str, Any], fields: frozenset[str]) -> None:
+    """nwaku refuses a field it does not know and a null for one it does."""
+    if any(k not in fields or value[k] is None for k in value):
+        raise _undecodable(UNREADABLE)
+
+
 def relay_message(value: Any) -> RelayMessage:
     """A RelayWakuMessage object: payload and contentTopic present and not blank (nwaku's
-    readValue); unknown fields are ignored."""
+    readValue); an unknown field or a null value is refused."""
     if not isinstance(value, dict):
         raise _undecodable("expected an object")
+    _known_fields(value, RELAY_MESSAGE_FIELDS)
     payload = value.get("payload")
     if payload is None or not isinstance(payload, str) or not payload.strip():
         raise _undecodable("Field `payload` is missing or empty")
@@ -156,6 +186,7 @@ class PushRequest:
 def push_request(value: Any) -> PushRequest:
     if not isinstance(value, dict):
         raise _undecodable("expected an object")
+    _known_fields(value, PUSH_REQUEST_FIELDS)
     if "message" not in value:
         raise _undecodable("Field `message` is missing")
     topic = value.get("pubsubTopic")
@@ -178,11 +209,24 @@ def relay_message_json(msg: WakuMessage) -> dict[str, Any]:
 
 # --- store v3 ----------------------------------------------------------------------------------
 
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def hex_to_bytes(text: str) -> bytes:
+    """nim-stew's hexToSeqByte, with its ValueError texts: an even length (counting a `0x`
+    prefix), then each character a hex digit, read in order."""
+    if len(text) % 2:
+        raise ValueError("hex string must have even length")
+    digits = text[2:] if text[:2] in ("0x", "0X") else text
+    for c in digits:
+        if c not in _HEX_DIGITS:
+            raise ValueError(f"{c} is not a hexadecimal character")
+    return bytes.fromhex(digits)
+
+
 def _hash(text: str) -> bytes:
-    hexa = unquote(text)
-    digits = hexa[2:] if hexa[:2] in ("0x", "0X") else hexa
     try:
-        data = bytes.fromhex(digits)
+        data = hex_to_bytes(unquote(text))
     except ValueError as exc:
         raise BadRequest(f"Exception converting hex string to bytes: {exc}") from None
     if len(data) != 32:

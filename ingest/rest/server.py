@@ -7,8 +7,10 @@ import logging
 from contextlib import AsyncExitStack
 from typing import Any
 
+import h11
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
@@ -17,10 +19,26 @@ from ingest.host import ListenError
 from ingest.metadata.service import MetadataService
 from ingest.rest.app import RestNode, build_app
 from ingest.rest.cache import MessageCache
+from ingest.rest.codec import reason_phrase
 from ingest.rest.settings import RestSettings
 from ingest.settings import node_shards
 
 log = logging.getLogger("ingest.rest")
+
+
+_send_h11_event = H11Protocol._send_h11_event
+
+
+async def _send_with_reason(self: H11Protocol, event: Any) -> None:
+    """hypercorn builds its h11 responses without a reason phrase (`HTTP/1.1 400 `); every status
+    line it writes (the app's answers and its own 400, 431, 500, ...) gets the standard one."""
+    if isinstance(event, (h11.Response, h11.InformationalResponse)) and not event.reason:
+        event = type(event)(status_code=event.status_code, headers=event.headers,
+                            http_version=event.http_version, reason=reason_phrase(event.status_code))
+    await _send_h11_event(self, event)
+
+
+H11Protocol._send_h11_event = _send_with_reason  # type: ignore[method-assign]
 
 
 def hypercorn_config(settings: RestSettings) -> HypercornConfig:

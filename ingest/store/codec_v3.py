@@ -3,7 +3,11 @@
 
 - The cursor is a message hash; the server resolves it to the message's store position.
 - Pages are oldest first (as beta2 and nwaku); the response cursor is the hash of the last
-  (forward) or first (backward) message of a full page, absent at the end.
+  (forward) or first (backward) message of a page that more messages follow, absent at the end
+  (after an exactly full last page too, as nwaku).
+- A cursor naming no stored message: 300 `BAD_RESPONSE: archive error: DRIVER_ERROR: cursor not
+  found`, nwaku's answer (its archive driver's error); an all-zero one: 300 `BAD_RESPONSE:
+  archive error: INVALID_QUERY: all zeroes cursor hash`.
 - Each message goes out with its hash and pubsub topic, and the WakuMessage when include_data.
 """
 from __future__ import annotations
@@ -19,12 +23,24 @@ from schemas import store_v3_pb2 as pb3
 STORE_V3_CODEC = "/vac/waku/store-query/3.0.0"
 
 OK = 200
+BAD_RESPONSE = 300  # nwaku's answer when its archive fails the query (e.g. an unknown cursor)
 BAD_REQUEST = 400
 TOO_MANY_REQUESTS = 429
 INTERNAL_ERROR = 500
 SERVICE_UNAVAILABLE = 503
-STATUS_NAMES = {OK: "OK", BAD_REQUEST: "BAD_REQUEST", TOO_MANY_REQUESTS: "TOO_MANY_REQUESTS",
-                INTERNAL_ERROR: "INTERNAL_SERVER_ERROR", SERVICE_UNAVAILABLE: "SERVICE_UNAVAILABLE"}
+STATUS_NAMES = {OK: "OK", BAD_RESPONSE: "BAD_RESPONSE", BAD_REQUEST: "BAD_REQUEST",
+                TOO_MANY_REQUESTS: "TOO_MANY_REQUESTS", INTERNAL_ERROR: "INTERNAL_SERVER_ERROR",
+                SERVICE_UNAVAILABLE: "SERVICE_UNAVAILABLE"}
+
+
+CURSOR_NOT_FOUND = "archive error: DRIVER_ERROR: cursor not found"
+ZERO_CURSOR = "archive error: INVALID_QUERY: all zeroes cursor hash"  # nwaku's archive checks it first
+
+
+def rejected() -> bytes:
+    """nwaku's answer to a query its limiter rejects, unread: request_id "N/A", 429."""
+    return pb3.StoreQueryResponse(request_id="N/A", status_code=TOO_MANY_REQUESTS,
+                                  status_desc="TOO_MANY_REQUESTS").SerializeToString()
 
 
 def decode_request(data: bytes) -> pb3.StoreQueryRequest:

@@ -122,14 +122,14 @@ def lookup_page(found: Iterable[StoredMessage], query: StoreQuery, limits: Store
     hits = [m for m in unique.values() if matches_topics(m.pubsub_topic, m.content_topic, query)
             and after_cursor(key_of(m), query) and in_window(m, query)]
     page = finish_page(hits, query, limits)
-    more = len(hits) > len(page.messages)
-    return page, (page_cursor_v3(page, len(page.messages)) if more else None)
+    return page, page_cursor_v3(page)
 
 
-def page_cursor_v3(page: Page, limit: int) -> bytes | None:
+def page_cursor_v3(page: Page) -> bytes | None:
     """The response cursor: the hash of the page's edge message (last forward, first backward)
-    when the page may have a successor (full, or cut short by the scan budget), else None."""
-    if not page.messages or (len(page.messages) < limit and not page.partial):
+    when a further message follows (finish_page saw one more than the page) or the scan budget
+    cut the page short, else None: no cursor after an exactly full last page, as nwaku."""
+    if not page.messages or page.cursor is None:
         return None
     edge = page.messages[-1] if page.forward else page.messages[0]
     return hash_of(edge)

@@ -53,6 +53,7 @@ from core.store_page import (
     StoredMessage,
     StoreLimits,
     StoreQuery,
+    edge_index,
     finish_page,
     key_of,
     page_size_of,
@@ -739,7 +740,8 @@ class StoreReader:
             snap = self.snapshot
         if self.tail is None:
             return Page(forward=query.forward) if snap is None else self._walk(snap, query, cached_only)
-        n = page_size_of(query.page_size, self.settings.limits)
+        # One more than the page: finish_page gives a cursor only when a further message follows.
+        n = page_size_of(query.page_size, self.settings.limits) + 1
         # The snapshot and the tail as of one moment. Inline (cached_only) callers do not wait
         # for the lock (a commit's drop or a chunk of arrivals may hold it): a worker thread will.
         if not self.tail.lock.acquire(blocking=not cached_only):
@@ -840,8 +842,10 @@ class StoreReader:
     def _walk(self, snap: Snapshot, query: StoreQuery, cached_only: bool = False,
               seed: Sequence[StoredMessage] = ()) -> Page:
         """The page of `query` from the snapshot's units and `seed`, matching messages from
-        elsewhere (the tail's nearest: never in the snapshot), as one page in store order."""
-        n = page_size_of(query.page_size, self.settings.limits)
+        elsewhere (the tail's nearest: never in the snapshot), as one page in store order. The
+        walk collects one message more than the page (`n`): whether a further one follows."""
+        size = page_size_of(query.page_size, self.settings.limits)
+        n = size + 1
         fwd = query.forward
         heap: list[tuple[float, int, _File, int, _Stats]] = []
         seq = 0
@@ -894,8 +898,10 @@ class StoreReader:
         else:
             found = [m for m in found if m.received_time > frontier]
         page = finish_page(found, query, self.settings.limits, scanned)
-        if len(page.messages) < n:  # a full page keeps its own cursor (its last message)
+        if len(page.messages) < size:
             page.cursor, page.partial = cursor, True
+        elif page.cursor is None:  # a full page: more may lie beyond the frontier
+            page.cursor = edge_index(page)
         log.info("store query hit the scan budget (%d rows): partial page of %d", scanned, len(page.messages))
         return page
 

@@ -304,9 +304,11 @@ class StoreServer:
         The cursor names one message: its place in the total order (receive time, digest, hash)."""
         query = p.query
         if p.cursor_hash is not None:
+            if not any(p.cursor_hash):
+                return codec_v3.BAD_RESPONSE, codec_v3.ZERO_CURSOR, [], None
             at = await self._blocking(self.reader.locate, p.cursor_hash)
             if at is None:
-                return codec_v3.BAD_REQUEST, "the cursor is not a stored message", [], None
+                return codec_v3.BAD_RESPONSE, codec_v3.CURSOR_NOT_FOUND, [], None
             query = query.with_cursor(Index(at.received_time, at.digest, p.cursor_hash))
         if p.hashes:
             found = await self._blocking(lambda: [m for m in map(self.reader.locate, p.hashes) if m is not None])
@@ -317,7 +319,7 @@ class StoreServer:
             if page.partial and not page.messages and page.cursor is not None:
                 query = query.with_cursor(page.cursor)
                 continue
-            return codec_v3.OK, "", page.messages, page_cursor_v3(page, query.page_size)
+            return codec_v3.OK, "", page.messages, page_cursor_v3(page)
 
     async def _refusal(self, peer: str) -> str | None:
         """Why a valid query of `peer` is not served now (one of REJECT_REASONS), or None; the

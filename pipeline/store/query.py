@@ -22,7 +22,7 @@ from core.store_page import (
 
 
 def history_page_df(messages: DataFrame, query: StoreQuery, limits: StoreLimits = StoreLimits(),
-                    oldest_first: bool = True) -> DataFrame:
+                    oldest_first: bool = True, lookahead: int = 0) -> DataFrame:
     """The page as a DataFrame (rows of `messages`, oldest first), for Spark users:
 
         df = spark.read.format("delta").load(config.table_path("messages"))
@@ -61,9 +61,9 @@ def history_page_df(messages: DataFrame, query: StoreQuery, limits: StoreLimits 
     n = page_size_of(query.page_size, limits)
     order = ("received_time", "digest", "message_hash")
     if query.forward:
-        df = df.orderBy(*(F.col(name).asc() for name in order)).limit(n)
+        df = df.orderBy(*(F.col(name).asc() for name in order)).limit(n + lookahead)
     else:
-        df = df.orderBy(*(F.col(name).desc() for name in order)).limit(n)
+        df = df.orderBy(*(F.col(name).desc() for name in order)).limit(n + lookahead)
     return df.orderBy(*order) if oldest_first else df
 
 
@@ -71,7 +71,8 @@ def history_page(spark: SparkSession, table_path: str, query: StoreQuery,
                  limits: StoreLimits = StoreLimits()) -> Page:
     """One page as a Page (collected), through Spark."""
     df = spark.read.format("delta").load(table_path)
-    rows = history_page_df(df, query, limits, oldest_first=False).select(*PAGE_COLUMNS).collect()
+    # One row more than the page: finish_page gives a cursor only when a further message follows.
+    rows = history_page_df(df, query, limits, oldest_first=False, lookahead=1).select(*PAGE_COLUMNS).collect()
     return finish_page([StoredMessage.from_mapping(r.asDict()) for r in rows], query, limits)
 
 

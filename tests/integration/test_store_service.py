@@ -185,7 +185,8 @@ def test_libp2p_matches_oracle_and_survives_hostile_queries(table):
 def test_store_v3_pages_like_the_reference_clients(table):
     """/vac/waku/store-query/3.0.0 over libp2p: paging as js-waku does it (the next cursor is the
     hash of the last (forward) / first (backward) message, stop at the first empty page) gives
-    every matching message once in store order; hash lookups; the reference nodes' 400s."""
+    every matching message once in store order; hash lookups; the reference nodes' 400s and
+    nwaku's 300 for a cursor naming no stored message."""
     from core.store_page import StoredMessage, page_from_rows
     from ingest.store import codec_v3
 
@@ -249,6 +250,8 @@ def test_store_v3_pages_like_the_reference_clients(table):
         assert got == want, case
     assert out["lookup"] == (200, sorted(m.message_hash for m in stored[::9]))
     assert out["mixed"] == (200, sorted(m.message_hash for m in stored[::9] if m.pubsub_topic == PUBSUB[0]))
+    # an unknown cursor: nwaku's archive error (BAD_RESPONSE), the others its 400s
+    assert out["bad"].pop("unknown cursor") == (300, "BAD_RESPONSE: archive error: DRIVER_ERROR: cursor not found")
     for name, (code, desc) in out["bad"].items():
         assert code == 400 and desc.startswith("BAD_REQUEST: "), (name, code, desc)
     lo, hi = int((BASE_T + 3) * 1e9), int((BASE_T + 9) * 1e9)

@@ -59,3 +59,33 @@ def test_bridge_settings_give_the_filter_its_relayed_topics():
     s = BridgeSettings.from_config(cfg)
     assert s.filter is not None
     assert s.filter.relayed_topics == frozenset(s.pubsub_topics) == frozenset(f"/waku/2/rs/1/{i}" for i in range(8))
+
+
+def test_a_topic_joined_later_is_served_and_one_left_is_not():
+    """The service asks the node which topics it relays at each request (issue 68 Q): a topic
+    joined through REST's POST /relay/v1/subscriptions is served, one left is refused."""
+    from types import SimpleNamespace
+
+    import trio
+
+    from ingest.filter.service import FilterService
+    from ingest.filter.settings import FilterSettings
+
+    relayed = {"/waku/2/rs/3/0"}
+    settings = FilterSettings(relayed_topics=frozenset(relayed))
+    service = FilterService(SimpleNamespace(), "b", settings, bootstrap_servers="unused:1",  # type: ignore[arg-type]
+                            relayed=lambda: relayed)
+
+    async def emit(peer, change, acked=False, on_late_ack=None):
+        return True
+
+    service.emit = emit  # type: ignore[method-assign]  # Kafka: acknowledged at once
+
+    def subscribe(topic):
+        return trio.run(service.serve, "p", v2(Req.SUBSCRIBE, topic))[0]
+
+    assert subscribe("/waku/2/rs/3/1") == 400
+    relayed.add("/waku/2/rs/3/1")  # joined through REST
+    assert subscribe("/waku/2/rs/3/1") == 200
+    relayed.discard("/waku/2/rs/3/0")  # left
+    assert subscribe("/waku/2/rs/3/0") == 400

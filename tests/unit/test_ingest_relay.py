@@ -298,3 +298,20 @@ def test_pubsub_uses_the_bucketed_seen_cache():
     la = listen_addrs("127.0.0.1", 0, -1)
     _, pubsub = relay.new_relay(build_host(create_new_key_pair(), la))
     assert isinstance(pubsub.seen_messages, SeenCache)
+
+
+def test_leave_unsubscribes_and_join_takes_the_topic_again():
+    """REST's DELETE /relay/v1/subscriptions leaves relay on the topic (as nwaku): no more
+    subscription, mesh or validator, so its messages are neither relayed nor stored."""
+    host = build_host(create_new_key_pair(), listen_addrs("127.0.0.1", 0, -1))
+    router, pubsub = relay.new_relay(host)
+    topic = "/waku/2/rs/1/3"
+
+    async def main() -> list[tuple[bool, bool, bool]]:
+        states = []
+        for step in (pubsub.join, pubsub.leave, pubsub.join):
+            await step(topic)
+            states.append((topic in pubsub.topic_ids, topic in router.mesh, topic in pubsub.topic_validators))
+        return states
+
+    assert trio.run(main) == [(True, True, True), (False, False, False), (True, True, True)]

@@ -63,7 +63,7 @@ def test_store_response_json_as_nwaku():
 
 def test_relay_message_parsing():
     m = codec.relay_message({"payload": "aGk=", "contentTopic": "/a/1/b/proto", "timestamp": 5, "meta": "bQ==",
-                             "ephemeral": True, "unknown": 1})
+                             "ephemeral": True})
     msg = codec.to_waku_message(m)
     assert (msg.payload, msg.timestamp, msg.meta, msg.ephemeral, msg.version) == (b"hi", 5, b"m", True, 0)
     plain = codec.relay_message({"payload": "aGk=", "contentTopic": "c"})
@@ -81,6 +81,26 @@ def test_relay_message_parsing():
     out = codec.relay_message_json(WakuMessage(payload=b"hi", content_topic="c", timestamp=1))
     assert out == {"payload": "aGk=", "contentTopic": "c", "version": 0, "timestamp": 1, "ephemeral": False,
                    "proof": ""}
+
+
+def test_unknown_fields_and_nulls_are_refused_as_nwaku():
+    """nwaku's readValue does not read an unknown field's value and its JSON reader fails on it,
+    as on a null (`"timestamp": null`): 400 with the reader's empty message."""
+    unreadable = "Invalid content body, could not decode: Unable to deserialize data: "
+    ok = {"payload": "aGk=", "contentTopic": "c"}
+    for extra in ({"extraField": "extraValue"}, {"timestamp": None}, {"version": None}, {"meta": None},
+                  {"ephemeral": None}, {"proof": None}, {"payload": None}):
+        with pytest.raises(codec.BadRequest) as err:
+            codec.relay_message({**ok, **extra})
+        assert (str(err.value), err.value.status) == (unreadable, 400), extra
+        with pytest.raises(codec.BadRequest) as err:
+            codec.push_request({"pubsubTopic": "/waku/2/rs/1/0", "message": {**ok, **extra}})
+        assert str(err.value) == unreadable, extra
+    for body in ({"pubsubTopic": "/waku/2/rs/1/0", "message": ok, "extraField": 1},
+                 {"pubsubTopic": None, "message": ok}):
+        with pytest.raises(codec.BadRequest) as err:
+            codec.push_request(body)
+        assert str(err.value) == unreadable, body
 
 
 def test_bodies():
@@ -146,3 +166,18 @@ def test_filter_bodies_and_messages():
     msg = WakuMessage(payload=b"hi", content_topic="c", timestamp=3, rate_limit_proof=b"p")
     assert codec.filter_message_json(msg) == {"payload": "aGk=", "contentTopic": "c", "version": 0, "timestamp": 3,
                                               "ephemeral": False}
+
+
+def test_hex_errors_are_nwaku_texts():
+    """nim-stew's hexToSeqByte words (nwaku's parseHash), not Python's."""
+    prefix = "Exception converting hex string to bytes: "
+    for value, why in [("0xtest", "t is not a hexadecimal character"), ("test", "t is not a hexadecimal character"),
+                       ("ab#d", "# is not a hexadecimal character"), ("abc", "hex string must have even length"),
+                       ("0x" + "a" * 63, "hex string must have even length")]:
+        for name in ("cursor", "hashes"):
+            with pytest.raises(codec.BadRequest) as err:
+                codec.store_request({name: value})
+            assert str(err.value) == prefix + why, (name, value)
+    with pytest.raises(codec.BadRequest, match="invalid hash length: 2"):
+        codec.store_request({"cursor": "0x1234"})
+    assert codec.hex_to_bytes("0XaB") == b"\xab"

@@ -44,7 +44,9 @@ PAGE_SIZES = (0, 1, 20, 100, 1000)
 
 def oracle_pages(rows: list[dict], pubsub: str, contents: tuple[str, ...], forward: bool, page_size: int,
                  cursor: tuple[float, bytes] | None) -> list[tuple[list[tuple[float, bytes, str]], tuple | None]]:
-    """Every page until the end: [(messages as (time, digest, pubsub), response cursor)]."""
+    """Every page until the end: [(messages as (time, digest, pubsub), response cursor)]; a
+    page has a cursor only when more messages follow (nwaku's rule: no cursor after an exactly
+    full last page), so the walk ends at the first page without one."""
     n = 20 if page_size == 0 else min(page_size, 100)
     hits = sorted((r["received_time"], r["digest"], r["pubsub_topic"]) for r in rows
                   if (not pubsub or r["pubsub_topic"] == pubsub) and (not contents or r["content_topic"] in contents))
@@ -56,8 +58,8 @@ def oracle_pages(rows: list[dict], pubsub: str, contents: tuple[str, ...], forwa
         else:
             side = [h for h in hits if cursor is None or (h[0], h[1]) < cursor]
             page = side[-n:] if side else []
-        if not page:
-            pages.append(([], None))
+        if len(side) <= n:
+            pages.append((page, None))
             return pages
         cursor = (page[-1][0], page[-1][1]) if forward else (page[0][0], page[0][1])
         pages.append((page, cursor))
