@@ -71,6 +71,10 @@ def v3_result(request_id: str, data: bytes | None) -> PushResult:
     return PushResult(False, resp.status_code or codec.INTERNAL_SERVER_ERROR, resp.status_desc, None, "v3")
 
 
+# The legacy info of our service's per-peer limiter (ingest/lightpush/service.py).
+RATE_LIMITED_INFO = "request rate limit reached"
+
+
 def v2_result(data: bytes | None) -> PushResult:
     """A v2 (legacy) answer: is_success, else `info` (nwaku's legacy client's error text)."""
     if data is None:
@@ -86,6 +90,8 @@ def v2_result(data: bytes | None) -> PushResult:
     info = rpc.response.info or "unknown failure"
     named = {name: code for code, name in codec.STATUS_NAMES.items()}
     code = named.get(info.split(":", 1)[0].strip(), codec.INTERNAL_SERVER_ERROR)
+    if info in (codec.TOO_MANY_REQUESTS_MESSAGE, RATE_LIMITED_INFO):  # the legacy texts carry no status name
+        code = codec.TOO_MANY_REQUESTS
     return PushResult(False, code, info, None, "v2")
 
 

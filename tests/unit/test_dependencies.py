@@ -16,6 +16,9 @@ OURS = {"core", "ingest", "pipeline", "jobs", "tools", "schemas", "tests"}
 PRODUCT = ("core", "ingest", "pipeline", "jobs", "tools", "schemas")
 # Developer tools inside product packages: their imports belong to the `dev` extra.
 DEV_TOOLS = {"schemas/generate.py"}
+# ... and whole folders of them: the docker-less launcher of the community's interop suite (a
+# pytest plugin run by hand).
+DEV_TOOL_DIRS = ("tools/interop_suite/",)
 # The project's own native extensions, built by scripts/setup.sh from native/<name> (not on PyPI).
 NATIVE = {"waku_rln"}
 
@@ -40,7 +43,8 @@ def _imports(*dirs: str, dev: bool = False) -> dict[str, set[str]]:
         for f in (REPO / d).rglob("*.py"):
             if any(part in {"node_modules", ".venv"} for part in f.parts):
                 continue
-            if (str(f.relative_to(REPO)) in DEV_TOOLS) != dev:
+            rel = str(f.relative_to(REPO))
+            if (rel in DEV_TOOLS or rel.startswith(DEV_TOOL_DIRS)) != dev:
                 continue
             for node in ast.walk(ast.parse(f.read_text(), str(f))):
                 names = []

@@ -24,7 +24,9 @@ def test_v3_answers():
 def test_v2_answers():
     assert v2_result(codec.v2_response("r", codec.SUCCESS)).ok
     refused = v2_result(codec.v2_response("r", codec.TOO_MANY_REQUESTS, "request rate limit reached"))
-    assert (refused.ok, refused.code, refused.desc) == (False, 429, "TOO_MANY_REQUESTS: request rate limit reached")
+    assert (refused.ok, refused.code, refused.desc) == (False, 429, "request rate limit reached")
+    limited = v2_result(codec.v2_rejected())  # a stream over the caps: nwaku's text
+    assert (limited.ok, limited.code) == (False, 429)
     assert v2_result(codec.v2_request("r", WakuMessage(), "t")).desc == "empty_response_body_failure"
 
 

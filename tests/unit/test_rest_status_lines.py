@@ -15,9 +15,10 @@ from ingest.rest.settings import RestSettings
 
 
 def node() -> Any:
-    return SimpleNamespace(settings=SimpleNamespace(cluster_id=1, num_shards_in_cluster=8, limits=None),
+    return SimpleNamespace(settings=SimpleNamespace(cluster_id=1, num_shards_in_cluster=8, limits=None, store_node="",
+                                                    relay=True, lightpush_node=""),
                            pubsub=None, filter=None, store=None, lightpush=None, host=None, router=None,
-                           addrs=[], health_problems=lambda: [])
+                           addrs=[], health_problems=lambda: [], lightpush_client=None, rln=None)
 
 
 async def status_line(port: int, request: bytes) -> bytes:
