@@ -188,8 +188,8 @@ def _command_line(argv: Sequence[str], errors: list[str]) -> tuple[_Layer, bool]
         i += 1
         if not word.startswith("-") or word in ("-", "--"):
             if word == "generateRlnKeystore":
-                errors.append("generateRlnKeystore: this node registers no RLN membership; register with nwaku "
-                              "and give its keystore (--rln-relay-cred-path)")
+                errors.append("generateRlnKeystore: use `waku-bridge rln-keystore` (the same keystore; "
+                              "docs/rln.md), then --rln-relay-cred-path")
             else:
                 errors.append(f"wakunode2 does not accept arguments ({word!r})")
             continue
@@ -396,9 +396,8 @@ class _Mapper:
                 self.refuse(name, REFUSED[name])
             elif name in REFUSED_IF_TRUE and v.get(name) is True:
                 self.refuse(name, REFUSED_IF_TRUE[name])
-        if v.get("relay") is False:
-            self.refuse("relay", "this node always relays (it is a relay node whose messages go to Kafka); "
-                                 "there is no relay-off mode")
+        if v.get("relay") is False:  # a light node that only uses services (bridge.relay)
+            self.put("bridge.relay", "false")
         self._mode()
         self._services()
         self._network()

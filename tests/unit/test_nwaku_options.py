@@ -164,13 +164,12 @@ def test_retention_policy():
 
 
 @pytest.mark.parametrize("argv,start", [
-    ("--relay=false", "--relay=false: this node always relays"),
     ("--mix=true", "--mix=true: no mix protocol"),
     ("--store-sync", "--store-sync: no store sync"),
     ("--peer-exchange-node=/ip4/1.2.3.4/tcp/1", "--peer-exchange-node="),
     ("--nat=upnp", "--nat=upnp: no UPnP"),
     ("--mode=Edge", "--mode=Edge: this node is a service node"),
-    ("generateRlnKeystore", "generateRlnKeystore: this node registers no RLN membership"),
+    ("generateRlnKeystore", "generateRlnKeystore: use `waku-bridge rln-keystore`"),
     ("--rln-relay-eth-client-address=wss://x.example.org", "Error while processing the rln-relay-eth-client-address"),
 ])
 def test_refused(argv, start):
@@ -318,3 +317,8 @@ def test_nwaku_compose_command_line_without_its_refused_options(tmp_path):
     refused = errors(line + " --store-message-db-url=postgres://u:p@postgres:5432/postgres "
                             "--store-message-retention-policy=size:1GB")
     assert len(refused) == 2
+
+
+def test_relay_false_is_a_light_node():
+    assert overrides("--relay=false")["bridge.relay"] == "false"
+    assert "bridge.relay" not in overrides("--relay=True")
