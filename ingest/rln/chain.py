@@ -380,3 +380,16 @@ class RlnChain:
                 raise ChainError(f"MembershipRegistered names idCommitment {registered:#x}, not {commitment:#x}")
             return int(index)
         raise ChainError(f"register: no MembershipRegistered event in transaction {receipt.get('transactionHash')}")
+
+
+def first_chain(endpoints: Sequence[str], address: str, *, chain_id: int | None = None,
+                timeout_s: float = 5.0) -> RlnChain:
+    """The client of the first endpoint that answers with `chain_id` and a contract at `address`
+    (nwaku tries its --rln-relay-eth-client-address endpoints the same way)."""
+    errors = []
+    for endpoint in endpoints:
+        try:
+            return RlnChain(endpoint, address, chain_id=chain_id, timeout_s=timeout_s)
+        except ChainError as exc:
+            errors.append(str(exc))
+    raise ChainError("no Ethereum endpoint usable: " + "; ".join(errors))

@@ -17,7 +17,7 @@ import sys
 
 from core.config import ConfigError, add_config_arguments, config_from_args
 from ingest.rln import keystore, zk
-from ingest.rln.chain import ChainError, RlnChain, field_to_uint
+from ingest.rln.chain import ChainError, field_to_uint, first_chain
 from ingest.rln.keystore import KeystoreError, MembershipCredential
 from ingest.rln.settings import TWN_CHAIN_ID, TWN_CONTRACT
 
@@ -25,16 +25,7 @@ from ingest.rln.settings import TWN_CHAIN_ID, TWN_CONTRACT
 def register(endpoints: list[str], contract: str, chain_id: int, private_key: str, limit: int, path: str,
              password: str, *, kdf_iterations: int = keystore.PBKDF2_ITERATIONS) -> MembershipCredential:
     """Make an identity, register it with `limit` messages an epoch, file it; the credential."""
-    errors = []
-    chain = None
-    for endpoint in endpoints:
-        try:
-            chain = RlnChain(endpoint, contract, chain_id=chain_id or None)
-            break
-        except ChainError as exc:
-            errors.append(str(exc))
-    if chain is None:
-        raise ChainError("no Ethereum endpoint usable: " + "; ".join(errors))
+    chain = first_chain(endpoints, contract, chain_id=chain_id or None)
     trapdoor, nullifier, secret, commitment = zk.identity()
     index = chain.register(private_key, commitment, limit)
     credential = MembershipCredential(trapdoor, nullifier, secret, commitment, str(chain.chain_id()), contract,

@@ -20,7 +20,7 @@ import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ingest.rln import keystore, zk
-from ingest.rln.chain import ChainError, RlnChain
+from ingest.rln.chain import ChainError, first_chain
 from ingest.rln.keystore import KeystoreError, MembershipCredential
 from ingest.rln.membership import ChainMembership, MembershipError, OwnPath, StaticMembership
 from ingest.rln.rules import (
@@ -214,7 +214,8 @@ class RlnRelay:
                         raise RlnError(f"rln: the keystore's membership (index {credential.tree_index}) is not "
                                        "in rln.static_rate_commitments at that index")
             else:
-                chain = _connect(s)
+                chain = first_chain(s.eth_client_addresses, s.eth_contract_address, chain_id=s.chain_id or None,
+                                    timeout_s=s.rpc_timeout_s)
                 if credential is not None and not chain.is_member(credential.id_commitment):
                     raise RlnError(f"rln: the keystore's membership (index {credential.tree_index}) is not registered "
                                    f"on the contract {s.eth_contract_address}")
@@ -304,13 +305,3 @@ class RlnRelay:
             raise OutOfProofs("this node has no RLN membership (rln.keystore_path)")
         return await self.prover.attach(msg)
 
-
-def _connect(s: RlnSettings) -> RlnChain:
-    """The first endpoint that answers with the configured chain and a contract at the address."""
-    errors = []
-    for endpoint in s.eth_client_addresses:
-        try:
-            return RlnChain(endpoint, s.eth_contract_address, chain_id=s.chain_id or None, timeout_s=s.rpc_timeout_s)
-        except ChainError as exc:
-            errors.append(str(exc))
-    raise RlnError("rln: no Ethereum endpoint usable: " + "; ".join(errors))
