@@ -6,9 +6,9 @@ for what the node publishes itself and for light clients' pushes, the membership
     reason = await rln.validate(topic, msg)    # None: valid (its nullifier recorded)
     msg = await rln.attach(msg)                # a proof from our membership (OutOfProofs)
 
-The checks are nwaku's, in its order (ingest/rln/rules.py); the zkSNARK verification runs in a
-worker thread with the GIL released (zerokit through waku_rln), so the relay keeps reading its
-other peers meanwhile.
+The checks are nwaku's, in its order (ingest/rln/rules.py); the zkSNARK verification runs in
+one of zk.Verifier's resident threads with the GIL released (zerokit through waku_rln), so the
+relay keeps reading its other peers meanwhile.
 """
 from __future__ import annotations
 
@@ -105,13 +105,35 @@ class _RateLimitedLog:
         log.info("rln: rejected a message on %s: %s%s%s", topic, reason.value, f": {detail}" if detail else "", more)
 
 
+class ExternalNullifiers:
+    """The external nullifier of each (epoch, rln_identifier), computed once: every message of
+    an epoch shares it (two keccaks and a Poseidon hash under the "hashed" rule)."""
+
+    KEEP = 8  # the current epoch, its neighbours and a few identifiers
+
+    def __init__(self, rule: str) -> None:
+        self.rule = rule
+        self._known: dict[tuple[bytes, bytes], bytes] = {}
+
+    def __call__(self, epoch: bytes, rln_identifier: bytes) -> bytes:
+        key = (epoch, rln_identifier)
+        en = self._known.get(key)
+        if en is None:
+            en = external_nullifier(epoch, rln_identifier, self.rule, zk.poseidon, zk.hash_to_field)
+            if len(self._known) >= self.KEEP:
+                self._known.clear()
+            self._known[key] = en
+        return en
+
+
 class Prover:
     """Proofs from our membership: a message id per proof, 0..limit-1 per epoch (nwaku's nonce
     manager), the path from the membership at the time."""
 
     def __init__(self, credential: MembershipCredential, path: Callable[[], OwnPath | None], rules: Rules,
-                 metrics: RlnMetrics) -> None:
+                 metrics: RlnMetrics, nullifiers: ExternalNullifiers | None = None) -> None:
         self.credential = credential
+        self.external_nullifier = nullifiers or ExternalNullifiers(rules.nullifier_rule)
         self.path = path
         self.rules = rules
         self.metrics = metrics
@@ -144,7 +166,7 @@ class Prover:
         r = self.rules
         epoch = epoch_of(msg.timestamp, r.epoch_s)
         raw_epoch = epoch_bytes(epoch)
-        en = external_nullifier(raw_epoch, r.rln_identifier, r.nullifier_rule, zk.poseidon, zk.hash_to_field)
+        en = self.external_nullifier(raw_epoch, r.rln_identifier)
         x = zk.hash_to_field(signal(msg))
         async with self._lock:  # ids in order; one proof at a time (two cores)
             mid = self._take_id(epoch)
@@ -170,10 +192,12 @@ class RlnRelay:
         self.clock = clock
         self.metrics = RlnMetrics(registry)
         self.nullifiers = NullifierLog(max_epoch_gap(self.rules))
+        self.external_nullifier = ExternalNullifiers(self.rules.nullifier_rule)
+        self.verifier = zk.verifier(settings.verify_threads)
         self._log = _RateLimitedLog()
         self.prover: Prover | None = None
         if credential is not None:
-            self.prover = Prover(credential, self._own_path, self.rules, self.metrics)
+            self.prover = Prover(credential, self._own_path, self.rules, self.metrics, self.external_nullifier)
             self.metrics.remaining.set(credential.user_message_limit)
         if isinstance(membership, ChainMembership):
             membership.on_change = lambda n: self.metrics.members.set(n)
@@ -258,10 +282,10 @@ class RlnRelay:
             return self._reject(reason, topic, msg)
         assert proof is not None
         x = zk.hash_to_field(signal(msg))
-        en = external_nullifier(proof.epoch, proof.rln_identifier, r.nullifier_rule, zk.poseidon, zk.hash_to_field)
+        en = self.external_nullifier(proof.epoch, proof.rln_identifier)
         started = time.perf_counter()
-        verdict = await trio.to_thread.run_sync(zk.verify, proof.proof, proof.merkle_root, en, x, proof.share_x,
-                                                proof.share_y, proof.nullifier, ())
+        verdict = await self.verifier.verify(proof.proof, proof.merkle_root, en, x, proof.share_x, proof.share_y,
+                                             proof.nullifier)
         self.metrics.verify_s.observe(time.perf_counter() - started)
         if verdict != "valid":
             return self._reject(RlnReject.PROOF, topic, msg, verdict)

@@ -31,6 +31,7 @@ class RlnSettings:
     static_rate_commitments: tuple[bytes, ...]  # 32 B little-endian leaves
     prove_lightpush: bool
     rpc_timeout_s: float
+    verify_threads: int = 0                  # 0: one per core but the event loop's
 
     def applies_to(self, topic: str) -> bool:
         return not self.pubsub_topics or topic in self.pubsub_topics
@@ -84,6 +85,9 @@ class RlnSettings:
         if membership == "static" and not commitments:
             raise ConfigError("rln.static_rate_commitments: empty, but rln.membership=static needs the group's "
                               "rate commitments")
+        threads = int(r["verify_threads"])
+        if threads < 0:
+            raise ConfigError(f"rln.verify_threads: 0 (one per core but one) or more, got {threads}")
         keystore = config.path("rln.keystore_path") if r["keystore_path"] else ""
         return cls(
             rules=Rules(epoch_s=epoch_s, max_clock_gap_s=float(r["max_clock_gap_s"]), rln_identifier=identifier,
@@ -103,6 +107,7 @@ class RlnSettings:
             static_rate_commitments=tuple(commitments),
             prove_lightpush=bool(r["prove_lightpush"]),
             rpc_timeout_s=float(r["rpc_timeout_s"]),
+            verify_threads=threads,
         )
 
 

@@ -224,3 +224,31 @@ def test_one_message_id_twice_in_an_epoch_gives_one_nullifier(group):
     assert na == nb != nc
     with pytest.raises(ValueError, match="witness"):  # message id 2 of a limit of 2: no proof
         prove(group, WakuMessage(payload=b"d", content_topic="/x/1/y/z", timestamp=int(now * 1e9)), 2)
+
+
+def test_the_verifier_threads_give_zerokits_verdicts_and_survive_a_cancelled_caller(group):
+    """zk.Verifier (the bridge's path) against zk.verify inline, on a valid and a forged proof;
+    a caller cancelled mid-verification leaves the verifier serving the next ones."""
+    import trio
+
+    from ingest.rln.service import ExternalNullifiers
+    now = 1_800_000_000.0
+    good = prove(group, WakuMessage(payload=b"v", content_topic="/app/1/chat/proto", timestamp=int(now * 1e9)))
+    proof = decode_proof(good.rate_limit_proof)
+    assert proof is not None
+    ens = ExternalNullifiers(HASHED)
+    en = ens(proof.epoch, proof.rln_identifier)
+    assert en == external_nullifier(proof.epoch, proof.rln_identifier, HASHED, zk.poseidon, zk.hash_to_field)
+    assert ens(proof.epoch, proof.rln_identifier) is en  # once an epoch
+    args = (proof.proof, proof.merkle_root, en, zk.hash_to_field(signal(good)), proof.share_x, proof.share_y,
+            proof.nullifier)
+    forged = (bytes(reversed(proof.proof)),) + args[1:]
+    verifier = zk.Verifier(1)
+
+    async def main() -> list[str]:
+        with trio.move_on_after(0):  # cancelled before its verdict comes back
+            await verifier.verify(*args)
+        return [await verifier.verify(*a) for a in (args, forged, args)]
+    assert trio.run(main) == [zk.verify(*args, ()), zk.verify(*forged, ()), "valid"] == ["valid", "proof", "valid"]
+    with pytest.raises(ValueError):
+        zk.Verifier(0)
