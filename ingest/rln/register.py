@@ -19,7 +19,7 @@ from core.config import ConfigError, add_config_arguments, config_from_args
 from ingest.rln import keystore, zk
 from ingest.rln.chain import ChainError, field_to_uint, first_chain
 from ingest.rln.keystore import KeystoreError, MembershipCredential
-from ingest.rln.settings import TWN_CHAIN_ID, TWN_CONTRACT
+from ingest.rln.settings import contract_of
 
 
 def register(endpoints: list[str], contract: str, chain_id: int, private_key: str, limit: int, path: str,
@@ -38,8 +38,7 @@ def cmd_rln_keystore(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     r = config["rln"]
     endpoints = [str(a) for a in r["eth_client_address"] if str(a)]
-    contract = str(r["eth_contract_address"]) or (TWN_CONTRACT if config.get("bridge.cluster_id") == 1 else "")
-    chain_id = int(r["chain_id"]) or (TWN_CHAIN_ID if contract == TWN_CONTRACT else 0)
+    contract, chain_id = contract_of(config, int(config["bridge"]["cluster_id"]))
     for key, value in (("rln.eth_client_address", endpoints), ("rln.eth_contract_address", contract),
                        ("rln.eth_private_key", r["eth_private_key"]), ("rln.keystore_path", r["keystore_path"]),
                        ("rln.keystore_password", r["keystore_password"])):

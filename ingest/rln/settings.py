@@ -66,11 +66,9 @@ class RlnSettings:
         if window <= 0:
             raise ConfigError(f"rln.acceptable_root_window: must be positive, got {window}")
         clients = tuple(str(a) for a in r["eth_client_address"] if str(a))
-        contract = str(r["eth_contract_address"])
-        chain_id = int(r["chain_id"])
+        contract, chain_id = str(r["eth_contract_address"]), int(r["chain_id"])
         if membership == "chain":
-            if cluster_id == TWN_CLUSTER and not contract:
-                contract, chain_id = TWN_CONTRACT, chain_id or TWN_CHAIN_ID
+            contract, chain_id = contract_of(config, cluster_id)
             if not clients:
                 raise ConfigError(
                     "rln: on (rln.enabled=" + enabled + (", cluster 1: The Waku Network" if enabled == "auto" else "")
@@ -109,6 +107,16 @@ class RlnSettings:
             rpc_timeout_s=float(r["rpc_timeout_s"]),
             verify_threads=threads,
         )
+
+
+def contract_of(config: Config, cluster_id: int) -> tuple[str, int]:
+    """The membership contract and its chain id (0: the endpoint's) of [rln]: on cluster 1 an
+    empty rln.eth_contract_address is The Waku Network's (Linea Sepolia)."""
+    r = config["rln"]
+    contract, chain_id = str(r["eth_contract_address"]), int(r["chain_id"])
+    if cluster_id == TWN_CLUSTER and not contract:
+        return TWN_CONTRACT, chain_id or TWN_CHAIN_ID
+    return contract, chain_id
 
 
 def _field(key: str, text: str) -> bytes:
