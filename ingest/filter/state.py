@@ -106,8 +106,8 @@ class SubscriptionView:
         if any(not ct for ct in cts):
             return BAD_REQUEST, "empty content topic"
         if len(cts) > self.limits.max_content_topics_per_request:
-            return BAD_REQUEST, (f"too many content topics ({len(cts)}, at most "
-                                 f"{self.limits.max_content_topics_per_request})")
+            # nwaku's text (waku_filter_v2/protocol.nim subscribe and unsubscribe)
+            return BAD_REQUEST, f"exceeds maximum content topics: {self.limits.max_content_topics_per_request}"
         return OK, ""
 
     # -- requests -----------------------------------------------------------------------------

@@ -540,7 +540,9 @@ class Api:
         return self._filter_answer(req.request_id, *answer)
 
     async def filter_ping(self, request: Request) -> Response:
-        rid = request.path_params["request_id"]
+        # nwaku's route pattern takes an empty last segment too (`/filter/v2/subscriptions/`):
+        # the ping is made and the empty requestId echoed.
+        rid = request.path_params.get("request_id", "")
         answer = await self._filter_call(rid, Req.SUBSCRIBER_PING)
         return self._filter_answer(rid, *(answer or (503, "Ping timed out")))
 
@@ -631,6 +633,7 @@ def build_app(node: RestNode, settings: RestSettings, cache: MessageCache,
             r("/filter/v2/subscriptions", api.filter_unsubscribe, "DELETE"),
             r("/filter/v2/subscriptions/all", api.filter_unsubscribe_all, "DELETE"),
             r("/filter/v2/subscriptions/{request_id}", api.filter_ping, "GET"),
+            r("/filter/v2/subscriptions/", api.filter_ping, "GET"),
             r("/filter/v2/messages/{topic:path}", api.filter_messages, "GET"),
         ]
     else:  # nwaku's answer without a filter client

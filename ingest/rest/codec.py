@@ -110,6 +110,8 @@ def _str(value: Any, name: str) -> str:
 
 RELAY_MESSAGE_FIELDS = frozenset({"payload", "contentTopic", "version", "timestamp", "meta", "ephemeral", "proof"})
 PUSH_REQUEST_FIELDS = frozenset({"pubsubTopic", "message"})
+FILTER_REQUEST_FIELDS = frozenset({"requestId", "pubsubTopic", "contentFilters"})
+FILTER_ALL_REQUEST_FIELDS = frozenset({"requestId"})
 # nwaku's readValue leaves an unknown field's value unread and its JSON reader then fails on it,
 # as on a null where it reads a number, string or bool: a token error, whose message is empty.
 UNREADABLE = ""
@@ -368,9 +370,12 @@ class FilterRequest:
 
 def filter_request(value: Any, *, topics: bool = True) -> FilterRequest:
     """`requestId` required; with `topics`, `contentFilters` (an array of content topics) and an
-    optional `pubsubTopic`."""
+    optional `pubsubTopic`; an unknown field or a null value is refused, as on the relay routes
+    (nwaku's readValue of FilterSubscribeRequest, FilterUnsubscribeRequest and
+    FilterUnsubscribeAllRequest)."""
     if not isinstance(value, dict):
         raise BadRequest("Failed to decode request: expected an object")
+    _known_fields(value, FILTER_REQUEST_FIELDS if topics else FILTER_ALL_REQUEST_FIELDS)
     rid = value.get("requestId")
     if not isinstance(rid, str):
         raise BadRequest("Failed to decode request: Field `requestId` is missing")

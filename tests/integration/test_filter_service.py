@@ -277,9 +277,9 @@ def test_invalid_requests(env):
     assert run(client.request, 1, None, [ct("x")]).status_code == 400          # no pubsub topic
     assert run(client.request, 1, PT, []).status_code == 400                   # no content topics
     r = run(client.request, 1, PT, [ct(f"t{i}") for i in range(101)])          # > 100 content topics
-    assert r.status_code == 400 and "too many content topics" in r.status_desc
+    assert (r.status_code, r.status_desc) == (400, "BAD_REQUEST: exceeds maximum content topics: 100")  # nwaku's text
     r = run(client.request, 1, PT, [ct(f"t{i}") for i in range(10_000)])       # ~140 KB: still answered
-    assert r.status_code == 400 and "too many content topics (10000" in r.status_desc
+    assert (r.status_code, r.status_desc) == (400, "BAD_REQUEST: exceeds maximum content topics: 100")
     assert run(client.request, 2, PT, [ct("x")]).status_code == 404            # unsubscribe, nothing held
     assert run(client.unsubscribe_all).status_code == 404
     assert run(client.request, 9, PT, [ct("x")]).status_code == 400            # unknown type

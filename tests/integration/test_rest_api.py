@@ -378,6 +378,33 @@ def test_filter_client_routes(nodes):
     assert r.status_code == 400 and r.json()["statusDesc"].startswith("BAD_REQUEST")
 
 
+def test_filter_routes_refuse_unknown_fields_and_answer_nwaku_texts(nodes):
+    """As nwaku (interop suite tests/filter): an unknown JSON field is a 400 on every
+    /filter/v2/subscriptions route, as on the relay routes; more than 100 content topics is the
+    service's `exceeds maximum content topics: 100`; a ping with an empty requestId
+    (`/filter/v2/subscriptions/`) is a ping, its requestId echoed."""
+    _, b = nodes
+    body = {"requestId": "e1", "contentFilters": [CT], "pubsubTopic": CT_SHARD, "extraField": "extraValue"}
+    for method in ("POST", "PUT", "DELETE"):
+        r = b.http.request(method, "/filter/v2/subscriptions", json=body)
+        assert r.status_code == 400 and r.json()["requestId"] == "unknown", (method, r.text)
+        assert r.json()["statusDesc"].startswith("Failed to decode request"), r.text
+    r = b.http.request("DELETE", "/filter/v2/subscriptions/all", json={"requestId": "e2", "extraField": 1})
+    assert r.status_code == 400 and r.json()["requestId"] == "unknown", r.text
+    r = b.post("/filter/v2/subscriptions", {"requestId": "e3", "contentFilters": [CT], "pubsubTopic": None})
+    assert r.status_code == 400 and r.json()["requestId"] == "unknown", r.text  # a null: nwaku's reader fails
+    many = {"requestId": "e4", "contentFilters": [str(i) for i in range(101)], "pubsubTopic": CT_SHARD}
+    for method in ("POST", "DELETE"):
+        r = b.http.request(method, "/filter/v2/subscriptions", json=many)
+        assert r.status_code == 400 and "exceeds maximum content topics: 100" in r.json()["statusDesc"], r.text
+    r = b.post("/filter/v2/subscriptions", {"requestId": "e5", "contentFilters": [CT], "pubsubTopic": CT_SHARD})
+    assert r.status_code == 200, r.text
+    r = b.get("/filter/v2/subscriptions/")
+    assert (r.status_code, r.json()) == (200, {"requestId": "", "statusDesc": "OK"}), r.text
+    r = b.http.request("DELETE", "/filter/v2/subscriptions/all", json={"requestId": "e6"})
+    assert r.status_code == 200, r.text
+
+
 # --- property-based: schemathesis from the document we serve -----------------------------------
 # (schemathesis's own pytest plugin does not run under pytest 9: each operation's cases are drawn
 # here with hypothesis from `APIOperation.as_strategy()`.)
