@@ -74,11 +74,11 @@ def from_v00(rpc: f00.FilterRPC, default_pubsub_topic: str) -> FilterRequest:
 def handle(peer: str, request: FilterRequest, view: SubscriptionView,
            relayed: Collection[str] | None = None) -> Response:
     """What to answer `peer` and which subscription changes to record. Reads `view` only.
-    `relayed`: the pubsub topics this node relays now, however it joined them (its settings',
-    REST's `POST /relay/v1/subscriptions`); None: any. A SUBSCRIBE to another topic
-    could never be pushed to: it is refused with 400 BAD_REQUEST, the code nwaku's filter answers
-    a request it cannot serve as asked (waku_filter_v2/common.nim FilterSubscribeErrorKind; its
-    own service does not check the topic and answers 200), as lightpush refuses it (421)."""
+    `relayed`: with filter.refuse_unrelayed_topics, the pubsub topics this node relays now,
+    however it joined them (its settings', REST's `POST /relay/v1/subscriptions`); None (the
+    default, nwaku's service, which checks no topic): any. A SUBSCRIBE to another topic is then
+    refused with 400 BAD_REQUEST, the code nwaku's filter answers a request it cannot serve as
+    asked (waku_filter_v2/common.nim FilterSubscribeErrorKind)."""
     kind, topic, cts = request.kind, request.pubsub_topic, request.content_topics
     if kind == PING:
         if not view.has(peer):

@@ -234,7 +234,9 @@ class FilterService:
             now = time.time()
             if self.view.rate_limited(peer, now):
                 return TOO_MANY_REQUESTS, "request rate limit reached"
-            relayed = self.relayed() if self.relayed is not None else (self.settings.relayed_topics or None)
+            relayed = None
+            if self.settings.refuse_unrelayed_topics:
+                relayed = self.relayed() if self.relayed is not None else (self.settings.relayed_topics or None)
             response = handle(peer, request, self.view, relayed)
             for change in response.events:
                 if change.op == pr.REFRESH:

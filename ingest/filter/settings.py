@@ -42,8 +42,10 @@ class FilterSettings:
     dedup_per_peer: int = 4096
     # v00 requests may leave out the pubsub topic: their criteria are on this one.
     default_pubsub_topic: str = "/waku/2/default-waku/proto"
-    # The pubsub topics the bridge relays: a SUBSCRIBE to another is refused (empty: any).
+    # The pubsub topics the bridge relays (empty: any); with refuse_unrelayed_topics a SUBSCRIBE
+    # to another is refused (400), else taken as nwaku's service takes it.
     relayed_topics: frozenset[str] = frozenset()
+    refuse_unrelayed_topics: bool = False
     sweep_interval_s: float = 1.0
 
     def push_topic(self, bridge_id: str) -> str:
@@ -99,4 +101,5 @@ class FilterSettings:
             dedup_per_peer=f["dedup_per_peer"],
             default_pubsub_topic=default_pubsub_topic or "/waku/2/default-waku/proto",
             relayed_topics=frozenset(relayed_topics),
+            refuse_unrelayed_topics=bool(f["refuse_unrelayed_topics"]),
         )

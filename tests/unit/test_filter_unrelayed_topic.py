@@ -1,5 +1,7 @@
-"""A filter SUBSCRIBE on a pubsub topic the bridge does not relay is refused with 400
-BAD_REQUEST (issue 36 item 9): the pure decision (ingest/filter/protocol.handle, v2 and v00) and
+"""A filter SUBSCRIBE on a pubsub topic the bridge does not relay: taken (200) by default, as
+nwaku's service takes it (issue 68), refused with 400 BAD_REQUEST with
+filter.refuse_unrelayed_topics = true (issue 36 item 9): the pure decision
+(ingest/filter/protocol.handle, v2 and v00), the service asking the node at each request, and
 the relayed topics the bridge's settings hand it. Through js-waku:
 tests/interop/test_js_paging_and_transports.py."""
 from __future__ import annotations
@@ -72,16 +74,20 @@ def test_a_topic_joined_later_is_served_and_one_left_is_not():
     from ingest.filter.settings import FilterSettings
 
     relayed = {"/waku/2/rs/3/0"}
-    settings = FilterSettings(relayed_topics=frozenset(relayed))
-    service = FilterService(SimpleNamespace(), "b", settings, bootstrap_servers="unused:1",  # type: ignore[arg-type]
-                            relayed=lambda: relayed)
 
-    async def emit(peer, change, acked=False, on_late_ack=None):
-        return True
+    def service_of(settings):
+        service = FilterService(SimpleNamespace(), "b", settings, bootstrap_servers="unused:1",  # type: ignore[arg-type]
+                                relayed=lambda: relayed)
 
-    service.emit = emit  # type: ignore[method-assign]  # Kafka: acknowledged at once
+        async def emit(peer, change, acked=False, on_late_ack=None):
+            return True
 
-    def subscribe(topic):
+        service.emit = emit  # type: ignore[method-assign]  # Kafka: acknowledged at once
+        return service
+
+    refusing = service_of(FilterSettings(relayed_topics=frozenset(relayed), refuse_unrelayed_topics=True))
+
+    def subscribe(topic, service=refusing):
         return trio.run(service.serve, "p", v2(Req.SUBSCRIBE, topic))[0]
 
     assert subscribe("/waku/2/rs/3/1") == 400
@@ -89,3 +95,17 @@ def test_a_topic_joined_later_is_served_and_one_left_is_not():
     assert subscribe("/waku/2/rs/3/1") == 200
     relayed.discard("/waku/2/rs/3/0")  # left
     assert subscribe("/waku/2/rs/3/0") == 400
+    # The default, nwaku's: any topic is taken (the suite's test_filter_update_subscription_add_a_new_pubsub_topic).
+    taking = service_of(FilterSettings(relayed_topics=frozenset(relayed)))
+    assert subscribe("/waku/2/rs/3/1000", taking) == 200
+
+
+def test_the_default_takes_an_unrelayed_topic_as_nwaku_does():
+    cfg = load_config(["bridge.cluster_id=1", "rln.enabled=false", "bridge.pubsub_topics=/waku/2/rs/1/0"],
+                      environ={})
+    s = BridgeSettings.from_config(cfg)
+    assert s.filter is not None and s.filter.refuse_unrelayed_topics is False
+    cfg = load_config(["bridge.cluster_id=1", "rln.enabled=false", "bridge.pubsub_topics=/waku/2/rs/1/0",
+                       "filter.refuse_unrelayed_topics=true"], environ={})
+    s = BridgeSettings.from_config(cfg)
+    assert s.filter is not None and s.filter.refuse_unrelayed_topics is True
