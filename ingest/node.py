@@ -281,7 +281,8 @@ class Bridge:
                 rest = self.settings.rest
                 if rest is not None:  # the REST API (ingest/rest/), on this trio loop
                     from ingest.rest.server import serve_rest
-                    self.rest_cache = MessageCache(rest.relay_cache_capacity, self.settings.pubsub_topics)
+                    self.rest_cache = MessageCache(rest.relay_cache_capacity, self.settings.pubsub_topics,
+                                                  rest.content_topics)
                     self.rest_url = await nursery.start(serve_rest, self, rest, self.rest_cache)
                     print(f"rest api on {self.rest_url}", file=self.out, flush=True)
                 task_status.started(self)
