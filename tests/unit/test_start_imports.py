@@ -18,3 +18,27 @@ def test_the_start_path_does_not_import_optional_or_spark_modules():
             f"print(','.join(m for m in {NOT_AT_START!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_the_store_readers_arrow_set_up_runs_off_the_starting_thread(tmp_path):
+    """Arrow's one-time NumPy/pandas set-up (0.5-1 s) is done by the store reader ahead of the
+    first query, on a thread of its own so that the node's start (a ready /health) does not wait
+    for it."""
+    code = f"""
+import sys, threading
+names = []
+class Finder:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas":
+            names.append(threading.current_thread().name)
+        return None
+sys.meta_path.insert(0, Finder())
+from ingest.store.reader import ReaderSettings, StoreReader
+StoreReader(ReaderSettings({str(tmp_path / 'messages')!r}))
+for t in threading.enumerate():
+    if t.name == "store-reader-arrow-set-up":
+        t.join()
+print(names)
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['store-reader-arrow-set-up']"
