@@ -10,7 +10,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 from wsgiref.simple_server import WSGIServer
 
 import multiaddr
@@ -22,7 +22,6 @@ from libp2p.tools.anyio_service import background_trio_service
 from core.message import check_message
 from core.records import ingest_key, ingest_value
 from core.threads import RECENT_FAILURE_S, SupervisedThread
-from ingest.discv5.service import Discv5Service
 from ingest.enr import FILTER, LIGHTPUSH, RELAY, STORE, EnrError, Record, WakuEnrFields, announce
 from ingest.enr import decode as decode_enr
 from ingest.filter import codec as filter_codec
@@ -45,12 +44,16 @@ from ingest.relay.codec import Reject, relay_message_id
 from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter, new_relay
 from ingest.relay.validator import WakuMessageValidator
 from ingest.rest.cache import MessageCache
-from ingest.rln.service import OutOfProofs, RlnError, RlnRefused, RlnRelay
+from ingest.rln.errors import OutOfProofs, RlnError, RlnRefused
 from ingest.settings import BridgeSettings, node_shards
 from ingest.store import codec_v3
 from ingest.store.server import StoreServer
 from schemas import pipeline_records_pb2 as pr
 from schemas.waku_message_pb2 import WakuMessage
+
+if TYPE_CHECKING:  # imported where used: a node without discv5 or RLN does not load them at start
+    from ingest.discv5.service import Discv5Service
+    from ingest.rln.service import RlnRelay
 
 log = logging.getLogger("ingest.bridge")
 
@@ -169,6 +172,7 @@ class Bridge:
                                       stream_gate=gate)
         self.stream_gate = gate
         if s.rln is not None:  # keystore, membership and the zk key checked before anything listens
+            from ingest.rln.service import RlnRelay
             try:
                 self.rln = RlnRelay.open(s.rln, registry=self.metrics.registry)
             except RlnError as exc:
@@ -281,7 +285,8 @@ class Bridge:
                 rest = self.settings.rest
                 if rest is not None:  # the REST API (ingest/rest/), on this trio loop
                     from ingest.rest.server import serve_rest
-                    self.rest_cache = MessageCache(rest.relay_cache_capacity, self.settings.pubsub_topics)
+                    self.rest_cache = MessageCache(rest.relay_cache_capacity, self.settings.pubsub_topics,
+                                                  rest.content_topics)
                     self.rest_url = await nursery.start(serve_rest, self, rest, self.rest_cache)
                     print(f"rest api on {self.rest_url}", file=self.out, flush=True)
                 task_status.started(self)
@@ -296,6 +301,7 @@ class Bridge:
         if not is_secp256k1(self.key_pair):
             log.warning("discv5 off: the identity is not a secp256k1 key (docs/discovery.md)")
             return self.settings.enr_udp_port
+        from ingest.discv5.service import Discv5Service
         self.discv5 = Discv5Service(self.key_pair.private_key.to_bytes(), self._own_enr, d,
                                     on_peer=self._on_discovered, registry=self.metrics.registry)
         try:

@@ -481,11 +481,17 @@ class _Mapper:
                 self.refuse("num-shards-in-network", "expected 1-1024")
                 return
             self.put("bridge.num_shards_in_cluster", shards_n)
+        # The shard ids --shard takes: below --num-shards-in-network, or 8 under a preset (The Waku
+        # Network's, nwaku's validateShards); a cluster 2 given by --cluster-id alone takes any
+        # static shard id below 1024 as nwaku (v0.35: 1024 shards without --num-shards-in-network;
+        # v0.38: static sharding), its content topics still autosharded over 8.
+        bound = shards_n if auto and (v.get("num-shards-in-network", 0) > 0 or cluster == 1 or preset) else 1024
         topics: list[str] = []
         for shard in v.get("shard", []):
-            if auto and shard >= shards_n:
-                self.errors.append(f"--shard={shard}: expected 0-{shards_n - 1} "
-                                   f"({shards_n} shards in cluster {cluster})")
+            if auto and shard >= bound:
+                self.errors.append(f"--shard={shard}: expected 0-{bound - 1} "
+                                   f"({shards_n} shards in cluster {cluster})" if bound == shards_n
+                                   else f"--shard={shard}: expected 0-{bound - 1}")
                 continue
             topics.append(shard_topic(cluster, shard))
         for topic in [*v.get("pubsub-topic", []), *v.get("topic", [])]:
@@ -493,6 +499,7 @@ class _Mapper:
             if why:
                 self.errors.append(f"--pubsub-topic={topic}: {why}")
             topics.append(topic)
+        content_topics: list[str] = []
         for content_topic in v.get("content-topic", []):
             if not auto:
                 self.ignored.append(f"--content-topic={content_topic}: ignored, no shard to derive it from under "
@@ -504,6 +511,9 @@ class _Mapper:
                                    "/{application}/{version}/{topic-name}/{encoding}")
                 continue
             topics.append(shard_topic(cluster, shard))
+            content_topics.append(content_topic)
+        if content_topics:  # nwaku's REST cache subscribes to them at start
+            self.put("rest.content_topics", list(dict.fromkeys(content_topics)))
         if topics:
             self.put("bridge.pubsub_topics", list(dict.fromkeys(topics)))
             self.put("bridge.all_shards", False)

@@ -178,9 +178,11 @@ def stop_process(proc: subprocess.Popen, grace_s: float, *, group: bool = False)
     return proc.returncode
 
 
-def bridge_command(overrides: Sequence[str] = (), config_file: str | None = None) -> list[str]:
-    """argv of `waku-bridge run` with `--set` overrides (same interpreter, works without install)."""
-    cmd = [sys.executable, "-m", "ingest.cli", "run"]
+def bridge_command(overrides: Sequence[str] = (), config_file: str | None = None,
+                   nwaku_args: Sequence[str] = ()) -> list[str]:
+    """argv of `waku-bridge run` with nwaku's options (`--cluster-id=2`, ...) and `--set`
+    overrides (same interpreter, works without install)."""
+    cmd = [sys.executable, "-m", "ingest.cli", "run", *nwaku_args]
     if config_file:
         cmd += ["--config", config_file]
     for item in overrides:
@@ -239,12 +241,13 @@ def start_bridge(
     log: IO[str] | int | None = None,
     timeout: float = 60.0,
     env: dict[str, str] | None = None,
+    nwaku_args: Sequence[str] = (),
 ) -> BridgeProcess:
     """Start `waku-bridge run` and wait for its `listening on` lines. Its stderr (logs) goes to
     `log` (a file, subprocess.DEVNULL, or None: inherited). Raises RuntimeError if it exits
     or prints nothing in `timeout` seconds."""
     proc = subprocess.Popen(
-        bridge_command(overrides, config_file), stdout=subprocess.PIPE, stderr=log, text=True,
+        bridge_command(overrides, config_file, nwaku_args), stdout=subprocess.PIPE, stderr=log, text=True,
         cwd=REPO_ROOT, env={**os.environ, **(env or {})}, start_new_session=True,
     )
     bridge = BridgeProcess(proc, [])

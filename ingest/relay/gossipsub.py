@@ -24,7 +24,10 @@ Plain py-libp2p 0.8.1 cannot be a Waku relay node; each shortcoming and its fix 
   keepalive ping waits behind it (10 s, then go-libp2p closes the connection):
   :func:`bound_receive_windows` keeps the process's yamux receive windows at `receive_window`
   (256 KiB, nim-libp2p's fixed window), so the backlog is the peer's own queue, and each
-  message is stamped when its frame comes off the stream.
+  message is stamped when its frame comes off the stream;
+- it sends its own messages to the mesh (or fanout) only, so a message published right after
+  a subscribe misses peers not grafted yet: :meth:`WakuRelayRouter._forward_targets` floods
+  our own publishes to every subscribed peer (nim-libp2p's floodPublish, on in nwaku).
 
 Every override names the 0.8.1 behaviour it replaces; ``tests/unit/test_ingest_relay.py``
 pins the version and the source of the replaced methods, so an upgrade fails loudly.
@@ -318,15 +321,22 @@ class WakuRelayRouter(GossipSub):
     def _forward_targets(
         self, topics: Iterable[str], forwarder: ID, origin: ID | None, mid: bytes
     ) -> set[ID]:
-        """Mesh peers of joined topics (fast path); fanout and scoring through 0.8.1's
+        """Our own publish: every connected peer subscribed to the topic (flood publish,
+        nim-libp2p's `floodPublish`, on in nwaku's GossipsubParameters), so a message published
+        right after a (re)subscribe reaches peers the mesh does not hold yet. A forwarded
+        message: mesh peers of joined topics (fast path); fanout and scoring through 0.8.1's
         selection otherwise."""
         assert self.pubsub is not None
         out: set[ID] = set()
+        own = forwarder == self.pubsub.my_id
         for topic in topics:
             subscribers = self.pubsub.peer_topics.get(topic)
             if not subscribers:
                 continue
-            if topic in self.mesh and self._unscored():
+            if own:
+                out.update(self.direct_peers)
+                out.update(subscribers)
+            elif topic in self.mesh and self._unscored():
                 out.update(self.direct_peers)
                 out.update(self.mesh[topic])
                 out.update(p for p in subscribers if self.peer_protocol.get(p) == floodsub.PROTOCOL_ID)

@@ -41,7 +41,7 @@ from ingest.relay.gossipsub import RelayPubsub, WakuRelayRouter
 from ingest.rest import codec, remote
 from ingest.rest.cache import MessageCache
 from ingest.rest.settings import RestSettings
-from ingest.rln.service import RlnRefused
+from ingest.rln.errors import RlnRefused
 from ingest.settings import BridgeSettings, parse_peer
 from ingest.store.client import StoreClient
 from ingest.store.codec_v3 import BAD_RESPONSE

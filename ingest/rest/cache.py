@@ -25,10 +25,11 @@ class _Entry:
 
 
 class MessageCache:
-    def __init__(self, capacity: int = 50, pubsub_topics: tuple[str, ...] = ()) -> None:
+    def __init__(self, capacity: int = 50, pubsub_topics: tuple[str, ...] = (),
+                 content_topics: tuple[str, ...] = ()) -> None:
         self.capacity = capacity
         self.pubsub_topics: set[str] = set(pubsub_topics)
-        self.content_topics: set[str] = set()
+        self.content_topics: set[str] = set(content_topics)
         self._messages: deque[_Entry] = deque()
 
     def __len__(self) -> int:

@@ -26,6 +26,9 @@ class RestSettings:
     # The filter service node of the /filter/v2 routes (nwaku's --filternode): a multiaddr ending
     # in /p2p/<peer id>; empty: no filter client (those routes answer 404).
     filter_peer: str = ""
+    # Content topics the relay cache holds from start (nwaku's --content-topic: its REST server
+    # subscribes its cache to them), read by GET /relay/v1/auto/messages/{contentTopic}.
+    content_topics: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: Config) -> RestSettings:
@@ -51,5 +54,7 @@ class RestSettings:
                 multiaddr.Multiaddr(peer).value_for_protocol("p2p")
             except Exception:  # noqa: BLE001 - multiaddr raises many types
                 raise ConfigError(f"rest.filter_peer: {peer!r} is not a multiaddr ending in /p2p/<peer id>") from None
+        content_topics = tuple(str(t) for t in r.get("content_topics", ()) if str(t))
         return cls(bool(r["enabled"]), r["address"], r["port"], bool(r["admin"]), origins,
-                   r["relay_cache_capacity"], r["max_body_bytes"], float(r["request_timeout_s"]), peer)
+                   r["relay_cache_capacity"], r["max_body_bytes"], float(r["request_timeout_s"]), peer,
+                   content_topics)

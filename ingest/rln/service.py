@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ingest.rln import keystore, zk
 from ingest.rln.chain import ChainError, first_chain
+from ingest.rln.errors import OutOfProofs, RlnError, RlnRefused  # noqa: F401 - RlnRefused: its old home
 from ingest.rln.keystore import KeystoreError, MembershipCredential
 from ingest.rln.membership import ChainMembership, MembershipError, OwnPath, StaticMembership
 from ingest.rln.rules import (
@@ -43,23 +44,6 @@ from schemas.waku_message_pb2 import WakuMessage
 log = logging.getLogger("ingest.rln")
 
 LOG_EVERY_S = 10.0
-
-
-class RlnError(Exception):
-    """RLN cannot run as configured; one line for the operator (the node does not start)."""
-
-
-class RlnRefused(Exception):
-    """A message of our own RLN cannot send: `status` 500 when no proof could be made (nwaku's
-    REST: "error appending RLN proof to message"), 400 when the message failed validation."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class OutOfProofs(Exception):
-    """Our membership's messages for this epoch are spent (nwaku: OUT_OF_RLN_PROOF)."""
 
 
 class RlnMetrics:

@@ -452,6 +452,10 @@ def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, dict[str, int]]:
     return enc.indices.to_numpy(zero_copy_only=False), {v: i for i, v in enumerate(enc.dictionary.to_pylist())}
 
 
+def _arrow_set_up() -> None:
+    np.asarray(pa.array([0.0]))
+
+
 class _LRU:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -506,7 +510,9 @@ class StoreReader:
         self._open = ParquetFiles(settings.table_path, settings.object_store)
         self._hashes = _HashIndex(self._open)
         self._indexed_version: int | None = None  # every data file of this snapshot version is indexed
-        np.asarray(pa.array([0.0]))  # one-time Arrow/NumPy set-up (about a second), not on a query
+        # Arrow's one-time NumPy/pandas set-up (0.5-1 s), not on a query and not in the way of the
+        # node's start (/health): on a thread of its own; a query that comes first waits for it.
+        threading.Thread(target=_arrow_set_up, name="store-reader-arrow-set-up", daemon=True).start()
 
     # --- the snapshot ---------------------------------------------------------------------
 

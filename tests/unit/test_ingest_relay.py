@@ -315,3 +315,29 @@ def test_leave_unsubscribes_and_join_takes_the_topic_again():
         return states
 
     assert trio.run(main) == [(True, True, True), (False, False, False), (True, True, True)]
+
+
+def test_own_publish_floods_subscribers_and_forwarding_keeps_to_the_mesh():
+    """nwaku's GossipsubParameters set floodPublish: a node's own message goes to every
+    connected peer subscribed to the topic (a mesh not formed yet right after a REST
+    (re)subscribe must not keep it from a peer), a forwarded one only to the mesh."""
+    host = build_host(create_new_key_pair(), listen_addrs("127.0.0.1", 0, -1))
+    router, pubsub = relay.new_relay(host)
+    topic = "/waku/2/rs/1/3"
+    mesh_peer, other, unsubscribed, forwarder = (ID(b"\x00\x01" + bytes([i])) for i in range(4))
+    for peer in (mesh_peer, other, unsubscribed, forwarder):
+        pubsub.peers[peer] = object()  # type: ignore[assignment]
+        pubsub.peer_queues[peer] = RpcQueue()
+        router.peer_protocol[peer] = PROTOCOL_ID_V11
+    pubsub.peer_topics[topic] = {mesh_peer, other, forwarder}
+    router.mesh[topic] = {mesh_peer, forwarder}
+
+    def queued() -> dict[ID, int]:
+        return {p: len(q._queue) for p, q in pubsub.peer_queues.items()}
+
+    msg = rpc_pb2.Message(data=b"own", topicIDs=[topic])
+    router.forward(pubsub.my_id, msg, relay_message_id(msg.data))
+    assert queued() == {mesh_peer: 1, other: 1, unsubscribed: 0, forwarder: 1}
+    msg = rpc_pb2.Message(data=b"relayed", topicIDs=[topic])
+    router.forward(forwarder, msg, relay_message_id(msg.data))
+    assert queued() == {mesh_peer: 2, other: 1, unsubscribed: 0, forwarder: 1}

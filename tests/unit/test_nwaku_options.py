@@ -132,6 +132,23 @@ def test_pubsub_topics_and_content_topics():
     got = overrides("--cluster-id=1 --content-topic=/toychat/2/huilong/proto")
     assert got["bridge.pubsub_topics"] == f"/waku/2/rs/1/{shard}"
     assert errors("--cluster-id=1 --shard=8") == ("--shard=8: expected 0-7 (8 shards in cluster 1)",)
+    # nwaku's REST cache holds its --content-topic list from start (auto/messages reads them).
+    got = overrides("--cluster-id=2 --shard=0 --content-topic=/myapp/1/latest/proto "
+                    "--content-topic=/toychat/2/huilong/proto")
+    assert got["rest.content_topics"] == "/myapp/1/latest/proto,/toychat/2/huilong/proto"
+    assert "rest.content_topics" not in overrides("--cluster-id=2 --shard=0")
+
+
+def test_cluster_2_takes_any_static_shard_below_1024():
+    """The suite's test_single_pubsub_topic starts nwaku with --cluster-id=2 --shard=0 --shard=1
+    --shard=999: nwaku starts (no --num-shards-in-network: v0.35 allows 1024 shards, v0.38 is
+    statically sharded); The Waku Network's 8 and an explicit --num-shards-in-network still bound it."""
+    got = overrides("--cluster-id=2 --shard=0 --shard=1 --shard=999")
+    assert got["bridge.pubsub_topics"] == "/waku/2/rs/2/0,/waku/2/rs/2/1,/waku/2/rs/2/999"
+    assert errors("--cluster-id=2 --shard=1024") == ("--shard=1024: expected 0-1023",)
+    assert errors("--cluster-id=2 --num-shards-in-network=8 --shard=8") == \
+        ("--shard=8: expected 0-7 (8 shards in cluster 2)",)
+    assert errors("--preset=twn --shard=999") == ("--shard=999: expected 0-7 (8 shards in cluster 1)",)
 
 
 def test_an_autosharded_cluster_without_shards_joins_all():
