@@ -57,3 +57,43 @@ def test_no_lightpush_is_a_dial_failure_and_one_version_is_spoken():
     assert (out["v2"].ok, out["v2"].version, out["v2_topic"]) == (True, "v2", TOPIC)
     assert (out["v3"].ok, out["v3"].version, out["v3"].relay_peers) == (True, "v3", 2)
     assert out["down"].dial_failed
+
+
+def test_a_stopped_service_node_is_a_dial_failure_at_once():
+    """The suite's test_light_push_while_peer_is_paused (which stops the service node): nwaku's
+    client answers `dial_failure` at once, its dial makes one attempt. Before, py-libp2p's three
+    retries of a refused connection took ~0.7 s (seconds under load: the REST route's 5 s ran
+    out first, `Push request timed out`)."""
+    out: dict = {}
+
+    async def only_v2(stream) -> None:
+        rpc = pb.PushRPC.FromString(await FrameReader(stream, 1 << 20).read_frame())
+        await stream.write(frame(codec.v2_response(rpc.request_id, codec.SUCCESS)))
+        await stream.close()
+
+    async def main() -> None:
+        addrs = listen_addrs("127.0.0.1", 0, -1)
+        me = build_host(create_new_key_pair(), [])
+        with trio.fail_after(60):
+            async with me.run([]):
+                peer = build_host(create_new_key_pair(), addrs)
+                peer.set_stream_handler(TProtocol(codec.LIGHTPUSH_V2_CODEC), only_v2)
+                async with peer.run(addrs):
+                    client = LightpushClient(me, f"{peer.get_addrs()[0]}", timeout=5)
+                    out["up"] = await client.push(TOPIC, MSG, prefer="v2")
+                await trio.sleep(0.2)
+                start = trio.current_time()
+                out["stopped"] = await client.push(TOPIC, MSG, prefer="v2")
+                out["stopped_s"] = trio.current_time() - start
+                start = trio.current_time()
+                out["never"] = await LightpushClient(me, f"/ip4/127.0.0.1/tcp/1/p2p/{peer.get_id()}",
+                                                     timeout=5).push(TOPIC, MSG, prefer="v2")
+                out["never_s"] = trio.current_time() - start
+                retries = me.get_network().retry_config.max_retries  # type: ignore[attr-defined]
+                out["retries_after"] = retries
+
+    trio.run(main)
+    assert out["up"].ok
+    assert out["stopped"].dial_failed and out["never"].dial_failed
+    assert out["stopped_s"] < 0.35 and out["never_s"] < 0.35, out
+    assert out["retries_after"] == 3  # the swarm's own setting is back for other dials
