@@ -403,10 +403,13 @@ async def dial(host: IHost, info: PeerInfo, timeout: float = 10.0, retries: int 
     Both are dropped here before dialing. Each call is counted on the host
     (`waku_dial_attempts`, nwaku's `libp2p_total_dial_attempts_total`).
 
-    `retries`: py-libp2p's own retries of an address (3 by default, 0.1/0.2/0.4 s apart: a
-    refused connection fails after ~0.7 s, seconds under load); 0 fails at the first refusal,
-    as nim-libp2p's dial (nwaku's lightpush client answers `dial_failure` at once). The swarm
-    has one retry setting: dials running meanwhile get the same (their callers retry)."""
+    `retries` (None: py-libp2p's way): the addresses of `info` dialled one after another by this
+    call alone, each `retries` more times. py-libp2p's way retries an address 3 times (0.1/0.2/
+    0.4 s apart: a refused connection fails after ~0.7 s, seconds under load) and waits for a
+    dial of the same peer already running elsewhere (the discv5 or static-peer loop's, which
+    may hang on a node shutting down); 0 is nim-libp2p's dial, one attempt (nwaku's lightpush
+    client answers `dial_failure` at once). The swarm has one retry setting: dials running
+    meanwhile get the same (their callers retry)."""
     host.waku_dial_attempts = getattr(host, "waku_dial_attempts", 0) + 1  # type: ignore[attr-defined]
     swarm = host.get_network()
     forget_closed(host, info.peer_id)
@@ -414,7 +417,20 @@ async def dial(host: IHost, info: PeerInfo, timeout: float = 10.0, retries: int 
     if unblock is not None:
         unblock(info.peer_id)
     with _retries(swarm, retries), trio.fail_after(timeout):
-        await host.connect(info)
+        if retries is None:
+            await host.connect(info)
+            return
+        if host.get_network().connections.get(info.peer_id):
+            return
+        host.get_peerstore().add_addrs(info.peer_id, info.addrs, 120)
+        errors: list[str] = []
+        for addr in info.addrs:
+            try:
+                await cast(Swarm, swarm).dial_addr(addr, info.peer_id)
+                return
+            except Exception as exc:  # noqa: BLE001 - this address failed: the next one
+                errors.append(f"{addr}: {type(exc).__name__}: {exc}")
+        raise ConnectionError(f"unable to connect to {info.peer_id}: " + "; ".join(errors or ["no address"]))
 
 
 @contextlib.contextmanager
