@@ -5,6 +5,8 @@ configured announce addresses, else the listen addresses with a wildcard host re
 machine's addresses."""
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import errno
 import logging
 import re
@@ -12,7 +14,7 @@ import socket
 import ssl
 import struct
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -388,7 +390,7 @@ MUXERS: dict[str, tuple[TProtocol, type[IMuxedConn]]] = {"yamux": (TProtocol(YAM
                                                          "mplex": (TProtocol(MPLEX_PROTOCOL_ID), Mplex)}
 
 
-async def dial(host: IHost, info: PeerInfo, timeout: float = 10.0) -> None:
+async def dial(host: IHost, info: PeerInfo, timeout: float = 10.0, retries: int | None = None) -> None:
     """Connect to `info` (a PeerInfo) now, whatever py-libp2p remembers of earlier attempts.
 
     The caller owns the retry policy (the bridge's static-peer backoff, a client's reconnect
@@ -399,15 +401,55 @@ async def dial(host: IHost, info: PeerInfo, timeout: float = 10.0) -> None:
     - a connection whose close began but did not finish (the peer was killed while streams
       were open) stays listed, and dials reuse it: every new stream on it fails.
     Both are dropped here before dialing. Each call is counted on the host
-    (`waku_dial_attempts`, nwaku's `libp2p_total_dial_attempts_total`)."""
+    (`waku_dial_attempts`, nwaku's `libp2p_total_dial_attempts_total`).
+
+    `retries` (None: py-libp2p's way): the addresses of `info` dialled one after another by this
+    call alone, each `retries` more times. py-libp2p's way retries an address 3 times (0.1/0.2/
+    0.4 s apart: a refused connection fails after ~0.7 s, seconds under load) and waits for a
+    dial of the same peer already running elsewhere (the discv5 or static-peer loop's, which
+    may hang on a node shutting down); 0 is nim-libp2p's dial, one attempt (nwaku's lightpush
+    client answers `dial_failure` at once). The swarm has one retry setting: dials running
+    meanwhile get the same (their callers retry)."""
     host.waku_dial_attempts = getattr(host, "waku_dial_attempts", 0) + 1  # type: ignore[attr-defined]
     swarm = host.get_network()
     forget_closed(host, info.peer_id)
     unblock = getattr(swarm, "unblock_peer", None)
     if unblock is not None:
         unblock(info.peer_id)
-    with trio.fail_after(timeout):
-        await host.connect(info)
+    with _retries(swarm, retries), trio.fail_after(timeout):
+        if retries is None:
+            await host.connect(info)
+            return
+        if host.get_network().connections.get(info.peer_id):
+            return
+        host.get_peerstore().add_addrs(info.peer_id, info.addrs, 120)
+        errors: list[str] = []
+        for addr in info.addrs:
+            try:
+                await cast(Swarm, swarm).dial_addr(addr, info.peer_id)
+                return
+            except Exception as exc:  # noqa: BLE001 - this address failed: the next one
+                errors.append(f"{addr}: {type(exc).__name__}: {exc}")
+        raise ConnectionError(f"unable to connect to {info.peer_id}: " + "; ".join(errors or ["no address"]))
+
+
+@contextlib.contextmanager
+def _retries(swarm: Any, retries: int | None) -> Iterator[None]:
+    """The swarm's retry count set to `retries` while at least one such dial runs (None: as is)."""
+    config = getattr(swarm, "retry_config", None)
+    if retries is None or config is None:
+        yield
+        return
+    if not getattr(swarm, "waku_quick_dials", 0):
+        swarm.waku_saved_retry_config = config
+        swarm.retry_config = dataclasses.replace(config, max_retries=retries)
+    swarm.waku_quick_dials = getattr(swarm, "waku_quick_dials", 0) + 1
+    try:
+        yield
+    finally:
+        swarm.waku_quick_dials -= 1
+        if not swarm.waku_quick_dials:
+            swarm.retry_config = swarm.waku_saved_retry_config
 
 
 def forget_closed(host: IHost, peer_id: ID) -> int:

@@ -21,7 +21,7 @@ from libp2p.abc import IHost
 from libp2p.custom_types import TProtocol
 
 from ingest.framing import FrameReader, close_quietly, frame
-from ingest.host import dial
+from ingest.host import dial, forget_closed
 from ingest.lightpush import codec
 from ingest.settings import parse_peer
 from schemas import lightpush_pb2 as pb
@@ -115,8 +115,9 @@ class LightpushClient:
         order = [prefer, "v2" if prefer == "v3" else "v3"]
         try:
             with trio.fail_after(self.timeout):
-                if not self.connected():
-                    await dial(self.host, self.info, self.timeout)
+                forget_closed(self.host, self.info.peer_id)  # a peer stopped since: dialled again
+                if not self.connected():  # one attempt, as nwaku's: a refused dial is dial_failure at once
+                    await dial(self.host, self.info, self.timeout, retries=0)
                 stream = await self.host.new_stream(self.info.peer_id, [TProtocol(VERSIONS[v]) for v in order])
         except Exception as exc:  # noqa: BLE001 - down, refused, no such protocol: nwaku's dial failure
             log.debug("lightpush client: %s: %s: %s", self.peer, type(exc).__name__, exc)

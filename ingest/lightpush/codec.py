@@ -8,6 +8,11 @@ from schemas.waku_message_pb2 import WakuMessage
 LIGHTPUSH_V3_CODEC = "/vac/waku/lightpush/3.0.0"
 LIGHTPUSH_V2_CODEC = "/vac/waku/lightpush/2.0.0-beta1"
 MAX_REQUEST_BYTES = 256 * 1024  # one WakuMessage (<= 150 KiB) plus the envelope
+# The largest request the service reads: nwaku's service reads a request of any size
+# (DefaultMaxRpcSize = -1) and refuses an oversized message with its relay's text ("Message size
+# exceeded maximum of 153600 bytes"); a stream closed unread instead left the client writing
+# into a full window until it timed out. 16 MiB: the largest REST body (nwaku's and ours).
+MAX_READ_BYTES = 16 * 1024 * 1024
 
 # nwaku's LightPushStatusCode
 SUCCESS = 200

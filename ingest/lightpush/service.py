@@ -105,7 +105,7 @@ class LightpushService:
         that do not decode close the stream (counted)."""
         try:
             with trio.move_on_after(REQUEST_TIMEOUT_S) as timeout:
-                data = await FrameReader(stream, codec.MAX_REQUEST_BYTES).read_frame()
+                data = await FrameReader(stream, codec.MAX_READ_BYTES).read_frame()
             if timeout.cancelled_caught or data is None:
                 return
             try:

@@ -55,7 +55,6 @@ OPENAPI_FILE = Path(__file__).with_name("openapi.yaml")
 BAD_ROUTE = "Bad request initiated. Invalid path or method used."
 ADMIN_OFF = "/admin endpoints are not available. Please check your configuration: --rest-admin=true"
 NO_STORE_PEER = "No suitable service peer & no discovery method"
-MULTIADDR_NO_SLASH = "multiaddress: Invalid MultiAddress, must start with `/`"
 LOG_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "NOTICE": logging.INFO,
               "WARN": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
 
@@ -200,8 +199,9 @@ class Api:
             if resp.status_code == BAD_RESPONSE:  # nwaku: its archive failed the query (an unknown cursor)
                 return text(500, f"error in handleSelfStoreRequest: {resp.status_desc}")
             return JSONResponse(codec.store_response_json(resp))
-        if not peer_addr.startswith("/"):  # nwaku's MultiAddress.init refuses it first
-            return text(400, f"Failed parsing remote peer info: MultiAddress.init [{MULTIADDR_NO_SLASH}]")
+        bad_addr = codec.multiaddr_error(peer_addr)  # nwaku's MultiAddress.init refuses it first
+        if bad_addr is not None:
+            return text(400, f"Failed parsing remote peer info: MultiAddress.init [{bad_addr}]")
         try:
             info = parse_peer(peer_addr)
         except ValueError as exc:

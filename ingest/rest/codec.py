@@ -247,6 +247,61 @@ def _time(text: str) -> int | None:
     return t if t > 0 else None
 
 
+# nim-libp2p's MultiAddress protocols by name (multiaddress.nim, the version nwaku v0.38.1 vendors)
+# and their kinds: a value follows (FIXED, LENGTH), the rest is a path (PATH), none (MARKER).
+_FIXED, _LENGTH, _PATH, _MARKER = "fixed", "length", "path", "marker"
+_NIM_PROTOCOLS = {
+    **dict.fromkeys(("ip4", "tcp", "udp", "ip6", "dccp", "sctp", "onion", "onion3"), _FIXED),
+    **dict.fromkeys(("ip6zone", "ipfs", "p2p", "dns", "dns4", "dns6", "dnsaddr"), _LENGTH),
+    **dict.fromkeys(("unix", "memory"), _PATH),
+    **dict.fromkeys(("udt", "utp", "http", "https", "quic", "quic-v1", "ws", "wss", "tls", "p2p-circuit",
+                     "p2p-websocket-star", "p2p-webrtc-star", "p2p-webrtc-direct"), _MARKER),
+}
+
+
+def multiaddr_error(text: str) -> str | None:
+    """nim-libp2p's `MultiAddress.init(string)` refusal of `text` (nwaku's store REST answers
+    `Failed parsing remote peer info: MultiAddress.init [<it>]`), or None when it parses: the
+    same checks in the same order. A value's encoding is checked with py-multiaddr where it
+    knows the protocol."""
+    if text in ("", "/"):
+        return "multiaddress: Address must not be empty!"
+    if not text.startswith("/"):
+        return "multiaddress: Invalid MultiAddress, must start with `/`"
+    parts = text.rstrip("/").split("/")
+    offset = 1
+    while offset < len(parts):
+        part = parts[offset]
+        kind = _NIM_PROTOCOLS.get(part)
+        if kind is None:
+            return f"multiaddress: Unsupported protocol '{part}'"
+        if kind == _MARKER:
+            offset += 1
+            continue
+        if offset + 1 >= len(parts):
+            return f"multiaddress: Missing protocol '{part}' argument"
+        value = "/" + "/".join(parts[offset + 1:]) if kind == _PATH else parts[offset + 1]
+        if not _encodes(part, value):
+            return f"multiaddress: Error encoding `{part}/{value}`"
+        if kind == _PATH:
+            break
+        offset += 2
+    return None
+
+
+def _encodes(protocol: str, value: str) -> bool:
+    import multiaddr  # the REST app's dependency (ingest/rest/app.py), not the codec's callers'
+    from multiaddr.exceptions import ProtocolLookupError
+    name = "p2p" if protocol == "ipfs" else protocol
+    try:
+        multiaddr.Multiaddr(f"/{name}{value}" if value.startswith("/") else f"/{name}/{value}")
+    except ProtocolLookupError:
+        return True  # a protocol py-multiaddr does not know: not refused here
+    except Exception:  # noqa: BLE001 - py-multiaddr raises several types for a bad value
+        return False
+    return True
+
+
 def store_request(params: Mapping[str, str], request_id: str | None = None) -> pb3.StoreQueryRequest:
     """GET /store/v3/messages's query parameters -> a StoreQueryRequest, as nwaku's
     createStoreQuery: includeData false unless true; the direction forward unless `ascending` is

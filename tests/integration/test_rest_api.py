@@ -328,6 +328,18 @@ def test_store_refuses_bad_parameters(nodes):
     r = a.get("/store/v3/messages", peerAddr="ip4/127.0.0.1/tcp/1/p2p/" + a.proc.tcp_addr.rsplit("/", 1)[1])
     assert (r.status_code, r.text) == (400, "Failed parsing remote peer info: MultiAddress.init "
                                             "[multiaddress: Invalid MultiAddress, must start with `/`]")
+    # The suite's test_store_with_wrongPeerAddr: nim-libp2p's MultiAddress.init texts (before:
+    # `... is not a multiaddr ending in /p2p/<peer id> (Invalid MultiAddr ...)`).
+    peer_id = a.proc.tcp_addr.rsplit("/", 1)[1]
+    r = a.get("/store/v3/messages", peerAddr=f"/ip4/127.0.0.1/25211/p2p/{peer_id}")
+    assert (r.status_code, r.text) == (400, "Failed parsing remote peer info: MultiAddress.init "
+                                            "[multiaddress: Unsupported protocol '25211']")
+    r = a.get("/store/v3/messages", peerAddr="/ip4")
+    assert (r.status_code, r.text) == (400, "Failed parsing remote peer info: MultiAddress.init "
+                                            "[multiaddress: Missing protocol 'ip4' argument]")
+    r = a.get("/store/v3/messages", peerAddr=f"/ip4/127.0.0.1/tcp/x/p2p/{peer_id}")
+    assert (r.status_code, r.text) == (400, "Failed parsing remote peer info: MultiAddress.init "
+                                            "[multiaddress: Error encoding `tcp/x`]")
     r = a.get("/store/v3/messages", hashes="0xtest")
     assert (r.status_code, r.text) == (
         400, "Exception converting hex string to bytes: t is not a hexadecimal character")

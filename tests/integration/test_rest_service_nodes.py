@@ -123,6 +123,21 @@ def test_lightpush_through_the_service_node(stack):
     assert r.status_code == 503 and r.text == "Failed to request a message push: not_published_to_any_peer"
 
 
+def test_oversized_lightpush_refused_by_the_service_node(stack):
+    """The suite's test_light_push_with_payload_of_1_MB: a 1 MiB message pushed through A is
+    refused by A with nwaku's relay text (nwaku's service reads a request of any size). Before,
+    A's service closed the stream at the 256 KiB frame limit unread and B's REST answered 503
+    `Push request timed out`."""
+    b = stack.b
+    big = {"payload": b64(b"a" * 1024 * 1024), "contentTopic": CT}
+    r = b.post("/lightpush/v1/message", {"pubsubTopic": SHARD, "message": big})
+    assert (r.status_code, r.text) == (
+        503, "Failed to request a message push: Message size exceeded maximum of 153600 bytes")
+    r = b.post("/lightpush/v3/message", {"pubsubTopic": SHARD, "message": big})
+    assert r.status_code == 413 and r.json()["statusDesc"].endswith(
+        "Message size exceeded maximum of 153600 bytes"), r.text
+
+
 def test_own_lightpush_in_own_cache_when_self_hosted(stack):
     """F: without a lightpush node the node serves REST lightpush itself, and its own message is
     in its relay cache."""

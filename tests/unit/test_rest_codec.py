@@ -181,3 +181,18 @@ def test_hex_errors_are_nwaku_texts():
     with pytest.raises(codec.BadRequest, match="invalid hash length: 2"):
         codec.store_request({"cursor": "0x1234"})
     assert codec.hex_to_bytes("0XaB") == b"\xab"
+
+
+def test_multiaddr_error_is_nim_libp2p_multiaddress_init():
+    """nim-libp2p's MultiAddress.init(string) refusals, in its order (nwaku's store peerAddr)."""
+    pid = "16Uiu2HAm1ojMrvoe9h7KYcbRQvDvz4UoVWwLjzrYGtKKaxVrxZbp"
+    m = codec.multiaddr_error
+    assert m(f"/ip4/127.0.0.1/tcp/1/p2p/{pid}") is None
+    assert m(f"/ip4/127.0.0.1/tcp/1/ws/p2p/{pid}/") is None
+    assert m("/ip4/1.2.3.4") is None  # a multiaddr: refused later, without /p2p
+    assert m("") == m("/") == "multiaddress: Address must not be empty!"
+    assert m(f"ip4/127.0.0.1/tcp/1/p2p/{pid}") == "multiaddress: Invalid MultiAddress, must start with `/`"
+    assert m(f"/ip4/127.0.0.1/25211/p2p/{pid}") == "multiaddress: Unsupported protocol '25211'"
+    assert m("/ip4/1.2.3.4/tcp") == "multiaddress: Missing protocol 'tcp' argument"
+    assert m("/ip4/1.2.3.x/tcp/1") == "multiaddress: Error encoding `ip4/1.2.3.x`"
+    assert m(f"/ip4/127.0.0.1/tcp/1/p2p/{pid[:-1]}") == f"multiaddress: Error encoding `p2p/{pid[:-1]}`"
