@@ -38,7 +38,7 @@ def cmd_rln_keystore(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     r = config["rln"]
     endpoints = [str(a) for a in r["eth_client_address"] if str(a)]
-    contract, chain_id = contract_of(config, int(config["bridge"]["cluster_id"]))
+    contract, chain_id = contract_of(r, int(config["bridge"]["cluster_id"]))
     for key, value in (("rln.eth_client_address", endpoints), ("rln.eth_contract_address", contract),
                        ("rln.eth_private_key", r["eth_private_key"]), ("rln.keystore_path", r["keystore_path"]),
                        ("rln.keystore_password", r["keystore_password"])):

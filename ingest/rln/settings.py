@@ -1,7 +1,9 @@
 """RlnSettings: section [rln] of the configuration, checked, with one-line ConfigErrors."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from core.config import Config, ConfigError
 from ingest.rln.rules import NULLIFIER_RULES, Rules, rln_identifier
@@ -68,7 +70,7 @@ class RlnSettings:
         clients = tuple(str(a) for a in r["eth_client_address"] if str(a))
         contract, chain_id = str(r["eth_contract_address"]), int(r["chain_id"])
         if membership == "chain":
-            contract, chain_id = contract_of(config, cluster_id)
+            contract, chain_id = contract_of(r, cluster_id)
             if not clients:
                 raise ConfigError(
                     "rln: on (rln.enabled=" + enabled + (", cluster 1: The Waku Network" if enabled == "auto" else "")
@@ -109,11 +111,10 @@ class RlnSettings:
         )
 
 
-def contract_of(config: Config, cluster_id: int) -> tuple[str, int]:
-    """The membership contract and its chain id (0: the endpoint's) of [rln]: on cluster 1 an
-    empty rln.eth_contract_address is The Waku Network's (Linea Sepolia)."""
-    r = config["rln"]
-    contract, chain_id = str(r["eth_contract_address"]), int(r["chain_id"])
+def contract_of(rln: Mapping[str, Any], cluster_id: int) -> tuple[str, int]:
+    """The membership contract and its chain id (0: the endpoint's) of the [rln] section: on
+    cluster 1 an empty rln.eth_contract_address is The Waku Network's (Linea Sepolia)."""
+    contract, chain_id = str(rln["eth_contract_address"]), int(rln["chain_id"])
     if cluster_id == TWN_CLUSTER and not contract:
         return TWN_CONTRACT, chain_id or TWN_CHAIN_ID
     return contract, chain_id
