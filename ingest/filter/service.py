@@ -47,6 +47,8 @@ from schemas import filter_v2_pb2 as fv2
 from schemas import pipeline_records_pb2 as pr
 
 RESTART_PEER = "*"  # the peer id of a BRIDGE_RESTART record (no peer)
+RATE_LIMITED = "filter request rejected due rate limit exceeded"  # nwaku's statusDesc
+
 log = logging.getLogger("ingest.filter")
 
 
@@ -233,7 +235,7 @@ class FilterService:
         async with self._lock(peer):
             now = time.time()
             if self.view.rate_limited(peer, now):
-                return TOO_MANY_REQUESTS, "request rate limit reached"
+                return TOO_MANY_REQUESTS, RATE_LIMITED  # nwaku's statusDesc (waku_filter_v2/protocol.nim)
             relayed = None
             if self.settings.refuse_unrelayed_topics:
                 relayed = self.relayed() if self.relayed is not None else (self.settings.relayed_topics or None)
