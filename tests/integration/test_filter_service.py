@@ -304,7 +304,7 @@ def test_limits_ttl_and_unreachable_on_strict_bridge(env):
     # rate limit: 6 requests a minute; first has used 2
     answers = [run(first.ping) for _ in range(5)]
     assert [a.status_code for a in answers] == [200, 200, 200, 200, 429], answers
-    assert answers[-1].status_desc == "filter request rejected due rate limit exceeded"  # nwaku's text
+    assert "filter request rejected due rate limit exceeded" in answers[-1].status_desc  # nwaku's text
     # TTL 4 s without refresh: the bridge expires the peer and produces EXPIRE (row leaves Delta).
     peer = first.peer_id.to_base58()
     wait_until(lambda: b.filter.metrics.value("waku_filter_expired_peers_total", reason="ttl") >= 1, 20, "TTL expiry")
