@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ingest.rln import keystore, zk
 from ingest.rln.chain import ChainError, first_chain
-from ingest.rln.errors import OutOfProofs, RlnError, RlnRefused  # noqa: F401 - RlnRefused: its old home
+from ingest.rln.errors import OutOfProofs, RlnError
 from ingest.rln.keystore import KeystoreError, MembershipCredential
 from ingest.rln.membership import ChainMembership, MembershipError, OwnPath, StaticMembership
 from ingest.rln.rules import (

@@ -26,6 +26,7 @@ from ingest.metrics import BridgeMetrics
 from ingest.node import Bridge
 from ingest.publisher import Publisher
 from ingest.rln import keystore, zk
+from ingest.rln.errors import RlnRefused
 from ingest.rln.keystore import MembershipCredential
 from ingest.rln.membership import StaticMembership
 from ingest.rln.rules import (
@@ -37,7 +38,6 @@ from ingest.rln.rules import (
     external_nullifier,
     signal,
 )
-from ingest.rln.service import RlnRefused
 from ingest.settings import BridgeSettings
 from schemas import lightpush_pb2 as lp
 from schemas import pipeline_records_pb2 as pr
