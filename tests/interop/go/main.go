@@ -32,7 +32,7 @@ Commands:
   filter         --seconds S [--content-topic C ...] [--ping-every P] [--count N]
   store          [--page-size P] [--forward] [--hashes h1,h2] [--content-topic C ...]
   lightpush      --count N [--rate R]
-  store-bench    --seconds S [--pubsub-topics T1,T2] [--content-topic C ...] [--start-ns A --end-ns B] [--seed N] [--rate R]
+  store-bench    --seconds S [--pubsub-topics T1,T2] [--content-topic C ...] [--start-ns A --end-ns B] [--seed N] [--rate R] [--plan FILE] [--times]
                  (a load client of tests/benchmarks/store_query.py: waits for a line on stdin) [--legacy]
   filter-many    --clients N --seconds S [--content-topic C ...]   (tests/benchmarks/side_by_side.py)
   store-probe    --seconds S [--interval-ms I] [--legacy]          (tests/benchmarks/side_by_side.py)
@@ -95,6 +95,8 @@ type options struct {
 
 	benchPubsub string
 	seed        int64
+	plan        string // store-bench: a file of queries to page, one JSON object a line
+	times       bool   // store-bench: each page's due time in the summary
 
 	clients    int     // filter-many
 	intervalMs float64 // store-probe
@@ -166,6 +168,8 @@ func parseArgs(args []string) (*options, error) {
 	fs.BoolVar(&o.skipRateLimit, "skip-ratelimit", false, "store: skip go-waku's client-side limit of 8 requests/s per peer")
 	fs.StringVar(&o.benchPubsub, "pubsub-topics", "", "store-bench: comma-separated pubsub topics to query (default --pubsub-topic)")
 	fs.Int64Var(&o.seed, "seed", 1, "store-bench: seed of the random queries")
+	fs.BoolVar(&o.times, "times", false, "store-bench: the summary holds each page's due time (starts_unix_ms)")
+	fs.StringVar(&o.plan, "plan", "", "store-bench: page these queries in turn (a JSON object a line: pubsub_topic, content_topics, start_ns, end_ns, forward, page_size, include_data, hashes) instead of random ones")
 	fs.IntVar(&o.clients, "clients", 20, "filter-many: filter light clients, each its own node")
 	fs.Float64Var(&o.intervalMs, "interval-ms", 20, "store-probe: milliseconds between the starts of two queries")
 	fs.BoolVar(&o.legacy, "legacy", false, "store-bench, store-probe: query with the legacy store protocol (go-waku's own node serves only that one)")

@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"math/rand"
 	"os"
 	"strings"
@@ -14,6 +16,7 @@ import (
 
 	wprotocol "github.com/waku-org/go-waku/waku/v2/protocol"
 	"github.com/waku-org/go-waku/waku/v2/protocol/legacy_store"
+	wpb "github.com/waku-org/go-waku/waku/v2/protocol/pb"
 	"github.com/waku-org/go-waku/waku/v2/protocol/store"
 )
 
@@ -62,11 +65,35 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 	}
 
 	type query struct {
-		criteria store.FilterCriteria
-		forward  bool
-		size     uint64
+		criteria    store.Criteria
+		forward     bool
+		size        uint64
+		includeData bool
 	}
+	plan, err := loadPlan(o.plan)
+	if err != nil {
+		return fail(nil, "%v", err)
+	}
+	planned := 0
 	randomQuery := func() query {
+		if len(plan) > 0 { // --plan: its queries in turn, from the seed's place in it
+			p := plan[(int(o.seed)+planned)%len(plan)]
+			planned++
+			q := query{forward: p.Forward, size: p.PageSize, includeData: p.IncludeData}
+			if len(p.Hashes) > 0 {
+				q.criteria = store.MessageHashCriteria{MessageHashes: p.hashes}
+				return q
+			}
+			fc := store.FilterCriteria{ContentFilter: wprotocol.NewContentFilter(p.PubsubTopic, p.ContentTopics...)}
+			if p.StartNs != nil {
+				fc.TimeStart = proto.Int64(*p.StartNs)
+			}
+			if p.EndNs != nil {
+				fc.TimeEnd = proto.Int64(*p.EndNs)
+			}
+			q.criteria = fc
+			return q
+		}
 		var cts []string
 		k := []int{0, 1, 1, 3}[rnd.Intn(4)]
 		seen := map[string]bool{}
@@ -76,16 +103,17 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 				cts = append(cts, c)
 			}
 		}
-		q := query{forward: rnd.Float64() < 0.5, size: []uint64{20, 20, 100}[rnd.Intn(3)]}
-		q.criteria = store.FilterCriteria{ContentFilter: wprotocol.NewContentFilter(topics[rnd.Intn(len(topics))], cts...)}
+		q := query{forward: rnd.Float64() < 0.5, size: []uint64{20, 20, 100}[rnd.Intn(3)], includeData: true}
+		fc := store.FilterCriteria{ContentFilter: wprotocol.NewContentFilter(topics[rnd.Intn(len(topics))], cts...)}
 		if o.endNs > o.startNs && rnd.Float64() < 0.8 {
 			at := o.startNs + rnd.Int63n(o.endNs-o.startNs)
 			if q.forward {
-				q.criteria.TimeStart = proto.Int64(at)
+				fc.TimeStart = proto.Int64(at)
 			} else {
-				q.criteria.TimeEnd = proto.Int64(at)
+				fc.TimeEnd = proto.Int64(at)
 			}
 		}
+		q.criteria = fc
 		return q
 	}
 
@@ -100,6 +128,7 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 	}
 
 	latencies := make([]float64, 0, 4096)
+	var starts []float64 // --times: each page's due time, unix ms
 	pages, messages, errors := 0, 0, 0
 	var lastErr string
 	request := func(q query, res store.Result) (store.Result, error) {
@@ -109,7 +138,7 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 			return res, res.Next(rctx, store.SkipRateLimit())
 		}
 		return s.node.Store().Request(rctx, q.criteria, store.WithPeer(s.peerID),
-			store.WithPaging(q.forward, q.size), store.IncludeData(true), store.SkipRateLimit())
+			store.WithPaging(q.forward, q.size), store.IncludeData(q.includeData), store.SkipRateLimit())
 	}
 	// --legacy: the legacy store protocol (go-waku's own node serves only that one); a page is
 	// fetched by `fetch`, which keeps the walk's cursor for either protocol
@@ -126,8 +155,12 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 		defer cancel()
 		var err error
 		if first {
-			lq := legacy_store.Query{PubsubTopic: q.criteria.PubsubTopic, ContentTopics: q.criteria.ContentTopicsList(),
-				StartTime: q.criteria.TimeStart, EndTime: q.criteria.TimeEnd}
+			fc, ok := q.criteria.(store.FilterCriteria)
+			if !ok {
+				return nil, 0, false, fmt.Errorf("the legacy store has no hash lookups")
+			}
+			lq := legacy_store.Query{PubsubTopic: fc.PubsubTopic, ContentTopics: fc.ContentTopicsList(),
+				StartTime: fc.TimeStart, EndTime: fc.TimeEnd}
 			legacyRes, err = s.node.LegacyStore().Query(rctx, lq, legacy_store.WithPeer(s.peerID),
 				legacy_store.WithPaging(q.forward, q.size))
 		} else {
@@ -189,6 +222,9 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 				break
 			}
 			latencies = append(latencies, float64(time.Since(began).Microseconds())/1000)
+			if o.times {
+				starts = append(starts, float64(began.UnixMicro())/1000)
+			}
 			pages++
 			messages += n
 			res = next
@@ -199,6 +235,9 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 	}
 	f := s.connFields(nil)
 	f["latencies_ms"] = latencies
+	if o.times {
+		f["starts_unix_ms"] = starts
+	}
 	f["pages"] = pages
 	f["messages"] = messages
 	f["errors"] = errors
@@ -211,4 +250,54 @@ func cmdStoreBench(ctx context.Context, o *options, log *zap.Logger) result {
 		f["max_lag_ms"] = float64(maxLag.Microseconds()) / 1000
 	}
 	return result{fields: f}
+}
+
+// planEntry is one line of a --plan file: a store v3 query, by content filter and time window
+// or by message hashes (hex).
+type planEntry struct {
+	PubsubTopic   string   `json:"pubsub_topic"`
+	ContentTopics []string `json:"content_topics"`
+	StartNs       *int64   `json:"start_ns"`
+	EndNs         *int64   `json:"end_ns"`
+	Forward       bool     `json:"forward"`
+	PageSize      uint64   `json:"page_size"`
+	IncludeData   bool     `json:"include_data"`
+	Hashes        []string `json:"hashes"`
+	hashes        []wpb.MessageHash
+}
+
+func loadPlan(path string) ([]planEntry, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--plan: %v", err)
+	}
+	defer f.Close()
+	var plan []planEntry
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		var p planEntry
+		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+			return nil, fmt.Errorf("--plan line %d: %v", len(plan)+1, err)
+		}
+		if len(p.Hashes) > 0 {
+			if p.hashes, err = parseHashes(strings.Join(p.Hashes, ",")); err != nil {
+				return nil, fmt.Errorf("--plan line %d: %v", len(plan)+1, err)
+			}
+		}
+		plan = append(plan, p)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--plan: %v", err)
+	}
+	if len(plan) == 0 {
+		return nil, fmt.Errorf("--plan %s: no queries", path)
+	}
+	return plan, nil
 }
