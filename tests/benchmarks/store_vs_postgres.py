@@ -3,7 +3,7 @@ store v3 queries, the same number of clients in their own processes, one after t
 machine.
 
     .venv/bin/python tests/benchmarks/store_vs_postgres.py [--quick] [--rows N] [--clients 16]
-        [--seconds S] [--rate R[,R2,...]] [--pg-writers W] [--skip ingest|retention|query]
+        [--seconds S] [--rate R[,R2,...]] [--pg-writers W] [--skip query|ingest|ours-ingest|retention]
         [--ours-ingest-args "..."] [--keep DIR]
 
 1. The rows: `store_query.py`'s generator (8 pubsub topics, 40 content topics of Zipf-like
@@ -494,7 +494,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float)
     ap.add_argument("--rate", default="", help="open-loop pages/s after the closed-loop run (comma-separated)")
     ap.add_argument("--pg-writers", type=int, default=4, help="nwaku InsertRow writer processes (connections)")
-    ap.add_argument("--skip", action="append", default=[], choices=["query", "ingest", "retention"])
+    ap.add_argument("--skip", action="append", default=[], choices=["query", "ingest", "ours-ingest", "retention"],
+                    help="leave out a part (repeatable); ours-ingest: store_ingest.py's run only")
     ap.add_argument("--ours-ingest-args", default="--rate 33000 --producers 4",
                     help="store_ingest.py's arguments for our ingest figure")
     ap.add_argument("--keep", help="keep the run's directory here (table, PostgreSQL data)")
@@ -584,8 +585,9 @@ def main() -> int:
         if "ingest" not in args.skip:
             out["ingest"] = {"postgres": pg_ingest(pg, args.pg_writers, 5.0 if args.quick else 30.0, end_t)}
             log(f"postgres ingest: {out['ingest']['postgres']['rows_per_s']} rows/s")
-            out["ingest"]["ours"] = ours_ingest(["--quick"] if args.quick else shlex.split(args.ours_ingest_args))
-            log(f"our ingest: {out['ingest']['ours'].get('messages_per_s')} rows/s")
+            if "ours-ingest" not in args.skip:
+                out["ingest"]["ours"] = ours_ingest(["--quick"] if args.quick else shlex.split(args.ours_ingest_args))
+                log(f"our ingest: {out['ingest']['ours'].get('messages_per_s')} rows/s")
 
         # -- retention under load
         if "retention" not in args.skip:

@@ -24,7 +24,7 @@ class Rule:
     why: str
 
 
-PROTOCOLS = ("relay", "store", "filter", "metadata", "lightpush")
+PROTOCOLS = ("relay", "store", "filter", "metadata", "lightpush", "discv5", "peer_exchange", "rln")
 
 RULES: tuple[Rule, ...] = (
     # The shared core imports neither side, nor the tools.
@@ -42,9 +42,21 @@ RULES: tuple[Rule, ...] = (
     Rule("pipeline.spark", ("pipeline.store", "pipeline.filter"), "the Spark platform knows no capability"),
     Rule("pipeline.store", ("pipeline.filter",), "one package per capability"),
     Rule("pipeline.filter", ("pipeline.store",), "one package per capability"),
-    # Inside the bridge: one package per protocol, assembled by ingest.node.
-    *(Rule(f"ingest.{p}", tuple(f"ingest.{q}" for q in PROTOCOLS if q != p) + ("ingest.node",), "protocols are apart")
+    # Inside the bridge: one package per protocol, assembled by the composition layer: ingest.node
+    # (the libp2p node and its services) and ingest.rest (the REST API over those services, started
+    # by the node). Composition points one way: node -> rest -> protocols.
+    *(Rule(f"ingest.{p}",
+           tuple(f"ingest.{q}" for q in PROTOCOLS if q != p) + ("ingest.node", "ingest.rest", "ingest.cli"),
+           "protocols are apart; only the composition layer (ingest.node, ingest.rest) assembles them")
       for p in PROTOCOLS),
+    Rule("ingest.rest", ("ingest.node", "ingest.cli"), "the node starts the REST API, never the other way"),
+    # Kafka clients by role (docs/architecture.md): Spark's own Kafka source and sink on the Spark
+    # side; librdkafka (confluent-kafka) on the bridge's hot paths and in tools; kafka-python for
+    # the shared admin (core.kafka.ensure_topics), the load generator and the embedded broker.
+    *(Rule(side, ("kafka", "confluent_kafka"), "the Spark side reads and writes Kafka through Spark's source and sink")
+      for side in ("pipeline", "jobs")),
+    Rule("core", ("confluent_kafka",),
+         "core's Kafka helpers are kafka-python's; librdkafka is the bridge's hot-path client"),
     # Protocol handlers are pure functions: no service, no I/O.
     Rule("ingest.filter.protocol", ("ingest.filter.service", "ingest.filter.pusher", "trio", "libp2p", "kafka",
                                     "confluent_kafka"), "a protocol handler is a pure function"),
@@ -55,7 +67,23 @@ RULES: tuple[Rule, ...] = (
          "a protocol handler is a pure function"),
     Rule("ingest.lightpush.protocol", ("ingest.lightpush.service", "trio", "libp2p", "kafka", "confluent_kafka"),
          "a protocol handler is a pure function"),
+    Rule("ingest.peer_exchange.protocol", ("ingest.peer_exchange.service", "trio", "libp2p"),
+         "a protocol handler is a pure function"),
+    *(Rule(f"ingest.discv5.{m}", ("ingest.discv5.service", "trio", "libp2p", "socket"),
+           "discv5's codec, protocol and routing table are pure: the service owns the socket and the loop")
+      for m in ("codec", "protocol", "table")),
 )
+
+
+# The third-party libraries the core may import, and why each: core runs in every process (the
+# bridge, Spark's driver and executors, the tools), so it carries only what every one of them
+# already has and needs from the core. Each is imported inside the function that uses it, so that
+# importing the core costs none of them.
+CORE_THIRD_PARTY = {
+    "google.protobuf": "the wire types (schemas/) the Kafka records hold",
+    "kafka": "kafka-python's admin: ensure_topics, the one topic-creation helper of the bridge, the broker and tools",
+    "pyarrow": "ObjectStoreSettings.arrow_filesystem: the one S3 file system of the bridge's reader and the tools",
+}
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -104,6 +132,47 @@ def violations(root: Path) -> list[str]:
 
 def test_the_tree_keeps_its_layers():
     assert violations(REPO_ROOT) == []
+
+
+def core_third_party(root: Path) -> list[str]:
+    """Imports in core/ of a library neither ours nor the standard library's nor allowed by
+    CORE_THIRD_PARTY, and allowed ones at module level (they belong inside their function)."""
+    import sys
+
+    found = []
+    ours = set(PROJECT)
+    for path in sorted((root / "core").rglob("*.py")):
+        module = module_name(root, path)
+        tree = ast.parse(path.read_text(), str(path))
+        top_level = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in ours or top in sys.stdlib_module_names or top == "__future__":
+                    continue
+                allowed = next((a for a in CORE_THIRD_PARTY if _under(name, a) or _under(a, name)), None)
+                if allowed is None:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {module} imports {name} "
+                                 "(not in CORE_THIRD_PARTY)")
+                elif id(node) in top_level and top != "google":
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {module} imports {name} at module level")
+    return found
+
+
+def test_the_core_carries_only_its_named_libraries(tmp_path):
+    assert core_third_party(REPO_ROOT) == []
+    root = _copy_tree(tmp_path)
+    topics = root / "core" / "topics.py"
+    topics.write_text("import requests\nimport kafka\n" + topics.read_text())
+    found = core_third_party(root)
+    assert any("core.topics imports requests (not in CORE_THIRD_PARTY)" in v for v in found), found
+    assert any("core.topics imports kafka at module level" in v for v in found), found
 
 
 def _copy_tree(tmp_path: Path) -> Path:
