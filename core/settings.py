@@ -76,6 +76,13 @@ def local_path(location: str) -> str | None:
     return None if "://" in location else location
 
 
+def delta_rs_location(location: str) -> str:
+    """A warehouse location as delta-rs opens it: the local path of a plain path or `file:` URI,
+    else the object-store URI itself (`s3a://bucket/key`: delta-rs takes the `s3a` scheme and the
+    store's `AWS_*` settings from the environment, ObjectStoreSettings.environment)."""
+    return local_path(location) or location
+
+
 def is_s3(location: str) -> bool:
     """Whether a warehouse location is on an S3 object store (`s3a://`, `s3://`, `s3n://`)."""
     return location.split("://", 1)[0] in ("s3a", "s3", "s3n") and "://" in location

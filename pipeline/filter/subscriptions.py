@@ -97,7 +97,7 @@ def warm_up(spark: SparkSession, path: str) -> float:
     ]
     ensure_table(spark, path, SUBSCRIPTIONS_SCHEMA, properties={"delta.appendOnly": "false"})
     try:
-        table = open_table(spark, path)
+        table = open_table(path)
         offset = 0
         for values in batches:
             rows = [(v, 0, offset + i) for i, v in enumerate(values)]
@@ -126,7 +126,7 @@ class SubscriptionsJob:
         self.query_name = query_name
         self.metrics = metrics
         self.path = ensure_subscriptions_table(spark, settings.warehouse)
-        self.table = open_table(spark, self.path)
+        self.table = open_table(self.path)
         self.ttl_s = settings.ttl_s
         self.lock = threading.Lock()
         self.query: StreamingQuery | None = None

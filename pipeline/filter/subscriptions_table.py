@@ -1,18 +1,16 @@
 """The Delta table `subscriptions` as the subscriptions job reads and writes it: the rows a batch
 can touch, one MERGE of a batch's effect, the TTL's DELETE and the smallest `last_refresh`.
 
-Two writers of the same table and the same operations, chosen by where the table lives
-(`open_table`):
+One writer, delta-rs (`deltalake`), on a local disk and an object store alike: a MERGE of 20
+rows took 11-24 ms of wall, one of 20,000 23-33 ms of CPU (2026-11-30), where Spark's Delta MERGE
+on the job's C1 driver took ~1-2 CPU-seconds (a Spark job, its planning and a Delta transaction
+in the JVM). The subscriptions job is the table's only writer of rows; `maintain` (Spark's Delta)
+compacts and vacuums it, and on an object store both commit with S3's conditional PUT (delta-rs
+by itself, Spark's Delta through `S3ConditionalLogStore`). delta-rs reads the store's `AWS_*`
+settings from the environment the job's entry point sets.
 
-* **delta-rs** (`deltalake`) on a local warehouse: a MERGE of 20 rows took 11-24 ms of wall, one
-  of 20,000 23-33 ms of CPU (2026-11-30), where Spark's on the job's C1 driver took ~1-2
-  CPU-seconds (a Spark job, its planning and a Delta transaction in the JVM). The job is the
-  table's only writer.
-* **Spark's Delta** on an object store, where delta-rs would need S3's conditional PUT or a lock
-  for a commit that is safe beside other writers (the job metrics are written the same way).
-
-Both write one commit per batch that changes anything and read a snapshot at each call (the
-table's latest version). The filter job reads the table with Spark either way.
+One commit per batch that changes anything; each call reads the table's latest version. The
+filter job reads the table with Spark.
 """
 from __future__ import annotations
 
@@ -20,15 +18,13 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from core.settings import local_path
+from core.settings import delta_rs_location
 from pipeline.filter.batch_effect import Effect, Row
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable as RsTable
-    from pyspark.sql import SparkSession
 
 SUBSCRIPTIONS_SCHEMA = T.StructType([
     T.StructField("peer_id", T.StringType(), False),
@@ -48,8 +44,8 @@ KEY_MATCH = " AND ".join(f"t.{c} = s.{c}" for c in KEY_COLUMNS)
 CHANGES_SCHEMA = T.StructType(
     [T.StructField(f.name, f.dataType, f.name not in KEY_COLUMNS) for f in SUBSCRIPTIONS_SCHEMA.fields]
     + [T.StructField("action", T.StringType(), False)])
-# The MERGE's clauses, the same for both writers: a "put" inserts every column, or updates the
-# non-key ones of a matched row; a "delete" deletes a matched row.
+# The MERGE's clauses: a "put" inserts every column, or updates the non-key ones of a matched
+# row; a "delete" deletes a matched row.
 INSERT_VALUES = {c: f"s.{c}" for c in COLUMNS}
 UPDATE_VALUES = {c: v for c, v in INSERT_VALUES.items() if c not in KEY_COLUMNS}
 PUT, DELETE = "s.action = 'put'", "s.action = 'delete'"
@@ -76,26 +72,24 @@ class SubscriptionsTable(Protocol):
         """The smallest `last_refresh` (+inf when the table is empty)."""
 
 
-def open_table(spark: SparkSession, path: str) -> SubscriptionsTable:
-    """delta-rs's writer for a table on the local file system, Spark's for an object store (the
-    table must exist: `ensure_subscriptions_table`)."""
-    local = local_path(path)
-    return SparkSubscriptions(spark, path) if local is None else RustSubscriptions(local)
+def open_table(path: str) -> SubscriptionsTable:
+    """The table's writer (the table must exist: `ensure_subscriptions_table`)."""
+    return RustSubscriptions(delta_rs_location(path))
 
 
 class RustSubscriptions:
     """The table through delta-rs: one `DeltaTable` opened once, brought to the latest version
     before each operation (cheap: it reads only the commits since)."""
 
-    def __init__(self, local: str) -> None:
-        self._local = local
+    def __init__(self, location: str) -> None:
+        self._location = location
         self._table: RsTable | None = None
 
     def _latest(self) -> RsTable:
         from deltalake import DeltaTable
 
         if self._table is None:
-            self._table = DeltaTable(self._local)
+            self._table = DeltaTable(self._location)
         else:
             self._table.update_incremental()
         return self._table
@@ -133,42 +127,4 @@ class RustSubscriptions:
 
         column = self._latest().to_pyarrow_dataset().to_table(columns=["last_refresh"]).column(0)
         first = pc.min(column).as_py()
-        return math.inf if first is None else float(first)
-
-
-class SparkSubscriptions:
-    """The table through Spark's Delta (Spark jobs in this driver)."""
-
-    def __init__(self, spark: SparkSession, path: str) -> None:
-        self.spark = spark
-        self.path = path
-
-    def touched_rows(self, peers: Sequence[str], bridges: Sequence[str]) -> Iterable[Row]:
-        cond = F.col("peer_id").isin(list(peers)) if peers else F.lit(False)
-        if bridges:
-            cond = cond | F.col("bridge_id").isin(list(bridges))
-        return [Row(*r) for r in self.spark.read.format("delta").load(self.path).select(*COLUMNS).where(cond).collect()]
-
-    def write(self, effect: Effect) -> None:
-        from delta.tables import DeltaTable
-
-        # The MERGE source is a local relation made here: deterministic, nothing to materialize.
-        self.spark.conf.set("spark.databricks.delta.merge.materializeSource", "none")
-        source = self.spark.createDataFrame(_changes(effect), CHANGES_SCHEMA)
-        (DeltaTable.forPath(self.spark, self.path).alias("t").merge(source.alias("s"), KEY_MATCH)
-         .whenMatchedDelete(condition=DELETE)
-         # copies typed as Delta's API takes them (dict[str, str | Column])
-         .whenMatchedUpdate(condition=PUT, set=dict(UPDATE_VALUES))
-         .whenNotMatchedInsert(condition=PUT, values=dict(INSERT_VALUES))
-         .execute())
-
-    def expire(self, cutoff: float) -> None:
-        from delta.tables import DeltaTable
-
-        DeltaTable.forPath(self.spark, self.path).delete(F.col("last_refresh") < F.lit(cutoff))
-
-    def earliest_refresh(self) -> float:
-        """One aggregate query (~0.5 s of the driver's CPU on a small table; Delta may answer
-        MIN from the files' statistics)."""
-        first = self.spark.read.format("delta").load(self.path).agg(F.min("last_refresh")).collect()[0][0]
         return math.inf if first is None else float(first)

@@ -17,11 +17,11 @@ and into Prometheus series `waku_job_*` served by an exporter on the driver.
   A writer thread appends the queued rows to Delta every `write_interval_s` (one commit for all
   of them), retrying concurrent-commit conflicts. `flush()` waits for the listener bus to
   deliver what has been posted, takes it, then writes at once.
-* On a local warehouse the append is delta-rs's (`deltalake`, ~20 ms in this process): with
-  Spark it was a Spark job and a Delta transaction in the job's JVM every 10 s, and the store
-  job's micro-batches beside it took up to twice their time (docs/decisions.md, session 21).
-  Object stores (where delta-rs would need a lock for concurrent writers) and a table delta-rs
-  cannot append to (it says so once) get Spark's append.
+* The append is delta-rs's (`deltalake`, ~20 ms in this process), on a local disk and an object
+  store alike (there by S3's conditional PUT, safe beside Spark's commits): with Spark it was a
+  Spark job and a Delta transaction in the job's JVM every 10 s, and the store job's
+  micro-batches beside it took up to twice their time (docs/decisions.md). A table delta-rs
+  cannot append to (an older contract's columns; it says so once) gets Spark's append.
 * Rows are at most once per batch: a driver that dies between a batch's commit and the next
   write loses those rows (they are observations; the data tables are exactly once).
 * Kafka lag per topic-partition is the source's `latestOffset` (what the broker held when the
@@ -51,7 +51,7 @@ from core.job_metrics import (
     JOBS,
     METRIC_PREFIX,
 )
-from core.settings import WarehouseSettings, local_path
+from core.settings import WarehouseSettings, delta_rs_location
 from core.tables import JOB_LOG_PROPERTIES
 from core.threads import SupervisedThread
 from pipeline.spark.delta import ensure_properties, ensure_table, retry_conflicts
@@ -320,7 +320,7 @@ class JobMetrics:
         self._stop = threading.Event()
         self._thread: SupervisedThread | None = None
         self._checkpoints: LogCheckpointer | None = None
-        self._local = local_path(settings.table)  # None: an object store, Spark appends
+        self._rs_path: str | None = delta_rs_location(settings.table)  # None: delta-rs failed, Spark appends
         self._rs_table: DeltaTable | None = None  # delta-rs's handle of the table, kept between appends
         self.rows_written = 0
         self.appended_by: str | None = None       # "delta-rs" or "spark": who made the last append
@@ -464,16 +464,16 @@ class JobMetrics:
             return len(rows)
 
     def _append_with_delta_rs(self, rows: list[dict[str, Any]]) -> bool:
-        """Append `rows` with delta-rs; False when it is not the table's writer here (an object
-        store, a table of an older contract, or delta-rs failed on it once: Spark from then on)."""
-        if self._local is None:
+        """Append `rows` with delta-rs; False when it is not the table's writer here (a table of an
+        older contract, or delta-rs failed on it once: Spark from then on)."""
+        if self._rs_path is None:
             return False
         import pyarrow as pa
         from deltalake import DeltaTable, PostCommitHookProperties, write_deltalake
 
         try:
             if self._rs_table is None:
-                self._rs_table = DeltaTable(self._local)
+                self._rs_table = DeltaTable(self._rs_path)
             else:
                 self._rs_table.update_incremental()
             schema = pa.schema(self._rs_table.schema().to_arrow())
@@ -488,7 +488,7 @@ class JobMetrics:
         except Exception as exc:  # noqa: BLE001 - any failure of delta-rs: Spark appends from now on
             log.warning("job metrics: delta-rs cannot append to %s (%s: %s); Spark's Delta appends from now on",
                         self.settings.table, type(exc).__name__, exc)
-            self._local = self._rs_table = None
+            self._rs_path = self._rs_table = None
             return False
         self.appended_by = "delta-rs"
         return True

@@ -1,5 +1,6 @@
 """The store job's append of a batch's new rows to `messages`: one commit, by delta-rs for a small
-batch on a local warehouse, by Spark's Delta otherwise.
+batch, by Spark's Delta for a large one: chosen by the batch's size, never by where the table lives
+(a local disk and an object store alike).
 
 * **delta-rs** (`deltalake`): the rows come to the driver as Arrow (one Spark job over the cached
   batch, already sorted by (received_time, digest)) and delta-rs writes them, one file per
@@ -8,9 +9,12 @@ batch on a local warehouse, by Spark's Delta otherwise.
   of wall for the same batch (2026-11-30, docs/decisions.md). Only up to
   `store.delta_rs_append_max_rows` rows: larger batches are written by Spark's tasks, in
   parallel and without bringing the payloads to the driver.
-* **Spark's Delta** on an object store (where a delta-rs commit beside the maintain job's would
-  need S3's conditional PUT or a lock, as for the job metrics and the subscriptions table), for
-  larger batches, and from the first time delta-rs fails on the table.
+* **Spark's Delta** for larger batches, and from the first time delta-rs fails on the table.
+
+On an object store both commit with S3's conditional PUT (delta-rs by itself, Spark's Delta
+through `S3ConditionalLogStore`), so either is safe beside the maintain job's commits
+(tests/integration/test_store_on_s3.py); delta-rs reads the store's `AWS_*` settings from the
+environment the job's entry point sets (pipeline/spark/entrypoint.setup_job).
 
 A delta-rs failure never adds a row twice and never loses one: every delta-rs commit carries a
 token in its commitInfo; after a failure the versions committed since are read, and the rows
@@ -24,7 +28,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from core.settings import local_path
+from core.settings import delta_rs_location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,23 +50,23 @@ class MessagesAppender:
         self.path = path
         self.delta_rs_max_rows = delta_rs_max_rows
         self.no_dictionary = tuple(no_dictionary)
-        self._local = local_path(path) if delta_rs_max_rows > 0 else None
+        self._rs_path = delta_rs_location(path) if delta_rs_max_rows > 0 else None
         self._table: DeltaTable | None = None
 
     def append(self, rows: DataFrame, count: int) -> str:
         """Append `rows` (`count` of them, in the table's columns and file order) in one commit;
         returns who wrote them: "delta-rs" or "spark"."""
-        if self._local is not None and count <= self.delta_rs_max_rows:
+        if self._rs_path is not None and count <= self.delta_rs_max_rows:
             if self._append_with_delta_rs(rows.toArrow()):
                 return "delta-rs"
         rows.write.format("delta").mode("append").save(self.path)
         return "spark"
 
-    def _latest(self, local: str) -> DeltaTable:
+    def _latest(self, location: str) -> DeltaTable:
         from deltalake import DeltaTable
 
         if self._table is None:
-            self._table = DeltaTable(local)
+            self._table = DeltaTable(location)
         else:
             self._table.update_incremental()
         return self._table
@@ -79,10 +83,10 @@ class MessagesAppender:
             write_deltalake,
         )
 
-        assert self._local is not None
-        local, token, before = self._local, uuid.uuid4().hex, None
+        assert self._rs_path is not None
+        location, token, before = self._rs_path, uuid.uuid4().hex, None
         try:
-            table = self._latest(local)
+            table = self._latest(location)
             before = table.version()
             data = data.cast(pa.schema(table.schema().to_arrow()).remove_metadata())
             plain = ColumnProperties(dictionary_enabled=False)
@@ -94,8 +98,8 @@ class MessagesAppender:
                                                                                 cleanup_expired_logs=False))
             return True
         except Exception as exc:  # noqa: BLE001 - any failure of delta-rs: Spark appends from now on
-            self._local = self._table = None
-            if before is not None and committed(local, before, token):
+            self._rs_path = self._table = None
+            if before is not None and committed(location, before, token):
                 log.warning("messages: delta-rs committed, then failed (%s: %s); Spark's Delta appends from now on",
                             type(exc).__name__, exc)
                 return True
@@ -104,10 +108,10 @@ class MessagesAppender:
             return False
 
 
-def committed(local: str, before: int, token: str) -> bool:
+def committed(location: str, before: int, token: str) -> bool:
     """Whether a version of the table after `before` carries `token` in its commitInfo."""
     from deltalake import DeltaTable
 
-    table = DeltaTable(local)
+    table = DeltaTable(location)
     newer = table.version() - before
     return newer > 0 and any(c.get(TOKEN_KEY) == token for c in table.history(newer))

@@ -117,7 +117,7 @@ def test_index_rules_agree_with_the_subscriptions_job(spark, table, seed):
 
     print(f"seed {seed}")
     _, path = table
-    subs = open_table(spark, path)
+    subs = open_table(path)
     events = generate(seed, 300, time.time() - 1000)
     for batch in batches_of(events, [40, 1, 120, 139], spark):
         apply_batch(batch, subs)
@@ -139,7 +139,7 @@ def test_snapshot_then_replay_of_events_it_holds(spark, table, tmp_path):
 
     print(f"seed {SEED + 2}")
     cfg, path = table
-    subs = open_table(spark, path)
+    subs = open_table(path)
     events = generate(SEED + 2, 300, time.time() - 1000)
     parts = list(batches_of(events, [100, 100, 100], spark))
     apply_batch(parts[0], subs)

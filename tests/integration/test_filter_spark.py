@@ -29,22 +29,14 @@ def table(spark, path: str) -> dict:
             for r in spark.read.format("delta").load(path).collect()}
 
 
-def writer(spark, path: str, name: str):
-    """The subscriptions table through the writer `name`: delta-rs (a local warehouse's) or Spark
-    (an object store's), so both are held to the same rules here."""
-    from pipeline.filter import subscriptions_table as st
-
-    return st.RustSubscriptions(path) if name == "delta-rs" else st.SparkSubscriptions(spark, path)
-
-
-@pytest.mark.parametrize("name", ["delta-rs", "spark"])
-def test_subscriptions_merge_in_peer_order_idempotent_and_expiring(spark, tmp_path, name):
+def test_subscriptions_merge_in_peer_order_idempotent_and_expiring(spark, tmp_path):
     from core.settings import WarehouseSettings
     from pipeline.filter.subscriptions import apply_batch, ensure_subscriptions_table
+    from pipeline.filter.subscriptions_table import open_table
 
     cfg = load_config([f"warehouse.root={tmp_path}"], environ={})
     path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(cfg))
-    subs = writer(spark, path, name)
+    subs = open_table(path)
     S, U, ALL, EXP, REF = pr.SUBSCRIBE, pr.UNSUBSCRIBE, pr.UNSUBSCRIBE_ALL, pr.EXPIRE, pr.REFRESH
     batch1 = kafka_rows(spark, [
         ev("p1", S, ["a", "b", "c"], 100), ev("p1", U, ["b"], 101), ev("p1", S, ["b"], 102, rid="r2"),
@@ -109,7 +101,7 @@ def test_a_peer_that_moves_bridges_keeps_its_new_subscriptions(spark, tmp_path):
 
     path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(
         load_config([f"warehouse.root={tmp_path}"], environ={})))
-    subs = open_table(spark, path)
+    subs = open_table(path)
     apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a"], 100, bridge="A")]), subs)
     apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a", "b"], 110, bridge="B")]), subs)
     rows = spark.read.format("delta").load(path).collect()
@@ -147,18 +139,18 @@ def test_jobs_starting_together_create_their_tables_once(spark, tmp_path):
         assert spark.read.format("delta").load(path).count() == 0
 
 
-@pytest.mark.parametrize("name", ["delta-rs", "spark"])
-def test_a_restarted_bridge_drops_what_its_earlier_run_left(spark, tmp_path, name):
+def test_a_restarted_bridge_drops_what_its_earlier_run_left(spark, tmp_path):
     """A bridge restarts with no subscriptions (kill -9 included) and says so first
     (BRIDGE_RESTART): its rows refreshed before the restart go, those of other bridges and those
     its new run answered stay, whichever batch they land in."""
     from core.settings import WarehouseSettings
     from pipeline.filter.batch_effect import RESTART_PEER
     from pipeline.filter.subscriptions import apply_batch, ensure_subscriptions_table
+    from pipeline.filter.subscriptions_table import open_table
 
     path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(
         load_config([f"warehouse.root={tmp_path}"], environ={})))
-    subs = writer(spark, path, name)
+    subs = open_table(path)
     apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a", "gone"], 100, bridge="A"),
                                    ev("q", pr.SUBSCRIBE, ["a"], 100, bridge="B"),
                                    ev("p", pr.REFRESH, t=150, bridge="A")]), subs)
