@@ -20,16 +20,22 @@ those live in the index.
 Modelled on purpose, where the forms differ by design:
 * the sweep runs at each step's time (the service's runs every second): a long step is a sweep
   that came late, which the three must agree on as well;
-* the table's own TTL delete (`SubscriptionsJob.expire_now`) runs with its grace, at random steps:
-  it must never remove a criterion the bridge holds; liveness is read as the filter job reads it
-  (`last_refresh` within the TTL: criteria.write_snapshot, CriteriaIndex.match);
+* the table's own TTL delete (`SubscriptionsJob.expire_now`) runs with its grace, at random steps,
+  once the job has written every event older than the grace (the grace is its longest wait for a
+  batch: a delete that ran before a refresh older than that was written would drop a row the bridge
+  holds); it must never remove a criterion the bridge holds; liveness is read as the filter job
+  reads it (`last_refresh` within the TTL: criteria.write_snapshot, CriteriaIndex.match);
 * a restarted bridge starts a second after its last event (a process start takes longer than
   that): its BRIDGE_RESTART time is after every event of its earlier run, as it is in production;
 * every event is recorded (EXPIRE and REFRESH are produced best-effort: one lost is a known gap,
   docs/filter-service.md), and the rate limit (checked by the service before the request core) is
   off.
 
-    python -m tools.filter_twins [--seed N] [--steps N]   # print the steps and the criteria
+What it found (fixed): a SUBSCRIBE did not refresh the peer's other criteria in the table and the
+index (the bridge and nwaku keep one refresh time per peer), and the undo of a late SUBSCRIBE left
+held criteria with the refused request's protocol and request id.
+
+    python -m tools.filter_twins [--seed N] [--steps N]   # print the steps, and any difference
 """
 from __future__ import annotations
 
@@ -290,8 +296,11 @@ class Twins:
                 then = self.request(peer, bridge, rng.choice((SUBSCRIBE, UNSUBSCRIBE, UNSUBSCRIBE_ALL, PING)))
             code, out = bridge.refused_late(peer, req, then, self.now)
             events += out
-            what = (f"{self.describe(peer, bridge, req)} -> {code}, acknowledged late"
-                    + (f" after {self.describe(peer, bridge, then)}" if then else ""))
+            after = f" {self.describe(peer, bridge, then)}" if then else " nothing"
+            if code == 503:
+                what = f"{self.describe(peer, bridge, req)} -> 503 unrecorded, acknowledged late after{after}"
+            else:  # refused by the request core: nothing to record
+                what = f"{self.describe(peer, bridge, req)} -> {code};{after}"
         else:
             rebuild = True
             what = "the filter job restarts: index rebuilt from the snapshot and the committed offsets"
