@@ -3,7 +3,8 @@
 # into a temporary directory, against the same jars as jvm/build.sh (pyspark's, protobuf-java,
 # kafka-clients, delta-storage) plus JUnit's standalone console launcher resolved by
 # scripts/resolve_jars.py into .cache/jars/junit, and runs them. The tests' protobuf vectors
-# (jvm/test/vectors.json, encoded by Python's protobuf) are checked against the schemas first.
+# (jvm/test/vectors.json, encoded by Python's protobuf) are checked against the schemas first, and
+# the subscription sequence (jvm/test/subscription_vectors.json) against tools/filter_twins.py.
 # Builds and replaces no jar. Prints each failure and a closing "N passed, N failed" line; exits
 # non-zero on any failure.
 #
@@ -20,6 +21,7 @@ JUNIT_JAR="$(ls "$REPO"/.cache/jars/junit/junit-platform-console-standalone-*.ja
 source "$JVM_DIR/classpath.sh"
 
 "$PYTHON" "$JVM_DIR/test/make_vectors.py" --check
+"$PYTHON" "$JVM_DIR/test/make_subscription_vectors.py" --check
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/waku-jvm-test.XXXXXX")"
 trap 'if [ -n "${JVM_TEST_KEEP:-}" ]; then cp -r "$WORK/reports" "$JVM_TEST_KEEP"; fi; rm -rf "$WORK"' EXIT
@@ -50,6 +52,7 @@ set +e
 # On java's own class path: the launcher's --class-path would not expand pyspark's jars/* (a class
 # that cannot load is left out of discovery without a word).
 java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dwaku.test.vectors="$JVM_DIR/test/vectors.json" \
+  -Dwaku.test.subscription_vectors="$JVM_DIR/test/subscription_vectors.json" \
   -cp "$JUNIT_JAR:$WORK/classes:$CP" org.junit.platform.console.ConsoleLauncher execute \
   "${select[@]}" --include-engine junit-jupiter \
   --disable-banner --details=summary --disable-ansi-colors \

@@ -57,7 +57,16 @@ def undo_late_change(change: Change, state: PeerState | None) -> list[Change]:
     if change.op == pr.SUBSCRIBE:
         topic = change.pubsub_topic or ""
         extra = tuple(ct for ct in change.content_topics if (topic, ct) not in criteria)
-        return [Change(pr.UNSUBSCRIBE, topic, extra, change.request_id, change.protocol)] if extra else []
+        undo = [Change(pr.UNSUBSCRIBE, topic, extra, change.request_id, change.protocol)] if extra else []
+        # A criterion held already took the late SUBSCRIBE's protocol and request id (v00 pushes
+        # carry it): subscribed again as held (tools/filter_twins.py found this one).
+        again: dict[tuple[str, str], list[str]] = {}
+        for ct in change.content_topics:
+            c = criteria.get((topic, ct))
+            if c is not None and (c.protocol, c.request_id) != (change.protocol, change.request_id):
+                again.setdefault((c.protocol, c.request_id), []).append(ct)
+        return undo + [Change(pr.SUBSCRIBE, topic, tuple(cts), request_id, protocol)
+                       for (protocol, request_id), cts in again.items()]
     if change.op == pr.UNSUBSCRIBE:
         topic = change.pubsub_topic or ""
         gone = [(topic, ct) for ct in change.content_topics if (topic, ct) in criteria]

@@ -1,6 +1,8 @@
 """The JVM tests' protobuf vectors: real encodings by Python's protobuf (the bridge's encoder) of
 WakuMessages, IngestRecords with the PushRecords PushEncode must make of them (without and with
-the source record's Kafka coordinates), IngestRecords with what FilterKeys must read of them, and a
+the source record's Kafka coordinates), IngestRecords with what FilterKeys must read of them (the
+message hash of every input form, nwaku's own hash vectors among them: the Spark store's decoding
+is checked against the same records in tests/integration/test_store_path.py), and a
 SubscriptionEvent, with the values each holds; written to jvm/test/vectors.json.
 
     python jvm/test/make_vectors.py           # rewrite jvm/test/vectors.json
@@ -20,7 +22,8 @@ REPO = Path(__file__).resolve().parent.parent.parent
 OUT = Path(__file__).resolve().parent / "vectors.json"
 sys.path.insert(0, str(REPO))
 
-from schemas import pipeline_records_pb2 as records  # noqa: E402  (the repo root is put on the path first)
+from core.message import hash_of  # noqa: E402  (the repo root is put on the path first)
+from schemas import pipeline_records_pb2 as records  # noqa: E402
 from schemas import waku_message_pb2 as wm  # noqa: E402
 
 # An unknown field (number 99, a varint): a newer peer's addition, kept by decoders that copy.
@@ -110,27 +113,78 @@ def ingests() -> list[dict[str, Any]]:
     return out
 
 
+# nwaku's deterministic message hash vectors (tests/waku_core/test_message_digest.nim, v0.38.1):
+# (name, payload, meta, the hash nwaku computes) on /waku/2/rs/0/0, its default content topic and
+# timestamp getNanosecondTime(1681964442).
+NWAKU_PUBSUB = "/waku/2/rs/0/0"
+NWAKU_CONTENT = "/waku/2/default-content/proto"
+NWAKU_PAYLOAD = bytes.fromhex("010203045445535405060708")
+NWAKU_TIMESTAMP = 0x175789BFA23F8400
+NWAKU_SECRET = bytes.fromhex("73757065722d736563726574")
+NWAKU_HASHES = [
+    ("nwaku_meta_empty", NWAKU_PAYLOAD, b"", "cccab07fed94181c83937c8ca8340c9108492b7ede354a6d95421ad34141fd37"),
+    ("nwaku_meta_12_bytes", NWAKU_PAYLOAD, NWAKU_SECRET,
+     "b9b4852f9d8c489846e8bfc6c5ca6a1a8d460a40d28832a966e029eb39619199"),
+    ("nwaku_meta_64_bytes", NWAKU_PAYLOAD, bytes(range(64)),
+     "653460d04f66c5b11814d235152f4f246e6f03ef80a305a825913636fbafd0ba"),
+    ("nwaku_zero_length_payload", b"", NWAKU_SECRET,
+     "0f6448cc23b2db6c696aa6ab4b693eff4cf3549ff346fe1dbeb281697396a09f"),
+]
+
+
+def hash_cases() -> list[tuple[str, str, wm.WakuMessage, str | None]]:
+    """(name, pubsub topic, message, the hash it must have or None) for every input of the hash:
+    nwaku's vectors; meta absent / empty / present, timestamp absent / zero / negative / the int64
+    bounds, ephemeral either way (not hashed), pubsub topic empty or not ASCII."""
+    cases: list[tuple[str, str, wm.WakuMessage, str | None]] = []
+    for name, payload, meta, want in NWAKU_HASHES:
+        m = wm.WakuMessage(payload=payload, content_topic=NWAKU_CONTENT, meta=meta, timestamp=NWAKU_TIMESTAMP)
+        cases.append((name, NWAKU_PUBSUB, m, want))
+    eph = wm.WakuMessage(payload=NWAKU_PAYLOAD, content_topic=NWAKU_CONTENT, meta=NWAKU_SECRET,
+                         timestamp=NWAKU_TIMESTAMP, ephemeral=True)
+    cases.append(("nwaku_meta_12_bytes_ephemeral", NWAKU_PUBSUB, eph, NWAKU_HASHES[1][3]))
+    eph_false = wm.WakuMessage(payload=NWAKU_PAYLOAD, content_topic=NWAKU_CONTENT, meta=NWAKU_SECRET,
+                               timestamp=NWAKU_TIMESTAMP, ephemeral=False)
+    cases.append(("nwaku_meta_12_bytes_ephemeral_false", NWAKU_PUBSUB, eph_false, NWAKU_HASHES[1][3]))
+    no_meta = wm.WakuMessage(payload=NWAKU_PAYLOAD, content_topic=NWAKU_CONTENT, timestamp=NWAKU_TIMESTAMP)
+    cases.append(("nwaku_meta_absent", NWAKU_PUBSUB, no_meta, NWAKU_HASHES[0][3]))  # absent = empty
+    plain = {"payload": b"ts", "content_topic": "/t/1/ts/proto"}
+    absent = hash_of("/waku/2/rs/1/0", wm.WakuMessage(**plain)).hex()
+    cases.append(("timestamp_absent", "/waku/2/rs/1/0", wm.WakuMessage(**plain), absent))
+    cases.append(("timestamp_zero", "/waku/2/rs/1/0", wm.WakuMessage(**plain, timestamp=0), absent))  # 0 = absent
+    for name, ts in (("timestamp_minus_one", -1), ("timestamp_int64_max", 2**63 - 1),
+                     ("timestamp_int64_min", -(2**63))):
+        cases.append((name, "/waku/2/rs/1/0", wm.WakuMessage(**plain, timestamp=ts), None))
+    cases.append(("pubsub_empty", "", wm.WakuMessage(**plain, timestamp=5), None))
+    cases.append(("pubsub_not_ascii", "/waku/2/\u00e9\u4e2d/\U0001f600", wm.WakuMessage(**plain, timestamp=5), None))
+    return cases
+
+
 def filter_keys() -> list[dict[str, Any]]:
-    """IngestRecords and what FilterKeys must read of each: [pubsub topic, content topic, the
+    """IngestRecords and what FilterKeys (and the Spark store's decoding,
+    tests/integration/test_store_path.py) must read of each: [pubsub topic, content topic, the
     message hash (hex) as core.message.hash_of computes it], or null (no message, no content
     topic, not an IngestRecord)."""
-    from core.message import hash_of
-
     pubsub = "/waku/2/rs/1/0"
     nan_legacy = wm.WakuMessage(payload=b"n", content_topic="/t/1/n/proto", legacy_timestamp=float("nan"))
-    cases: list[tuple[str, bytes, wm.WakuMessage | None]] = []
+    cases: list[tuple[str, bytes, wm.WakuMessage | None, str]] = []
     for v in messages():
         m = wm.WakuMessage.FromString(bytes.fromhex(v["hex"]))
         rec = records.IngestRecord(pubsub_topic=pubsub, received_time=1.5, bridge_id="b1")
         rec.message.ParseFromString(bytes.fromhex(v["hex"]))
-        cases.append((v["name"], rec.SerializeToString(), m))
+        cases.append((v["name"], rec.SerializeToString(), m, pubsub))
     for name, m in (("legacy_nan", nan_legacy),
                     ("legacy_huge", wm.WakuMessage(content_topic="/t/1/h/proto", legacy_timestamp=1e300)),
                     ("both_timestamps", wm.WakuMessage(content_topic="/t/1/b/proto", timestamp=-7,
                                                        legacy_timestamp=2.5))):
         rec = records.IngestRecord(pubsub_topic=pubsub)
         rec.message.CopyFrom(m)
-        cases.append((name, rec.SerializeToString(), m))
+        cases.append((name, rec.SerializeToString(), m, pubsub))
+    for name, topic, m, want in hash_cases():
+        assert want is None or hash_of(topic, m).hex() == want, name
+        rec = records.IngestRecord(pubsub_topic=topic, received_time=2.5, bridge_id="b1")
+        rec.message.CopyFrom(m)
+        cases.append((name, rec.SerializeToString(), m, topic))
     # the message field twice: protobuf merges the two (content topic of the first, payload of the second)
     first = wm.WakuMessage(content_topic="/t/1/m/proto", payload=b"one").SerializeToString()
     second = wm.WakuMessage(payload=b"two", timestamp=9).SerializeToString()
@@ -138,14 +192,14 @@ def filter_keys() -> list[dict[str, Any]]:
     split = records.IngestRecord(pubsub_topic=pubsub).SerializeToString()
     for part in (first, second):
         split += bytes([0x12, len(part)]) + part
-    cases.append(("message_twice", split, merged))
-    cases.append(("no_message", records.IngestRecord(pubsub_topic=pubsub).SerializeToString(), None))
+    cases.append(("message_twice", split, merged, pubsub))
+    cases.append(("no_message", records.IngestRecord(pubsub_topic=pubsub).SerializeToString(), None, pubsub))
     bad_bridge = records.IngestRecord(pubsub_topic=pubsub).SerializeToString() + bytes([0x2A, 2, 0xC3, 0x28])
-    cases.append(("bridge_id_not_utf8", bad_bridge + bytes([0x12, len(first)]) + first, None))
-    cases.append(("truncated", bytes([0x0A, 5, 0x61]), None))
+    cases.append(("bridge_id_not_utf8", bad_bridge + bytes([0x12, len(first)]) + first, None, pubsub))
+    cases.append(("truncated", bytes([0x0A, 5, 0x61]), None, pubsub))
     out = []
-    for name, data, m in cases:
-        keys = [pubsub, m.content_topic, hash_of(pubsub, m).hex()] if m is not None and m.content_topic else None
+    for name, data, m, topic in cases:
+        keys = [topic, m.content_topic, hash_of(topic, m).hex()] if m is not None and m.content_topic else None
         out.append({"name": name, "hex": data.hex(), "keys": keys})
     return out
 

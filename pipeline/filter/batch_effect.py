@@ -6,8 +6,10 @@ The rules, in this order:
 
 1. a BRIDGE_RESTART at time R removes the bridge's rows last refreshed before R, and the batch's
    events of that bridge older than R;
-2. per (peer, bridge): the last UNSUBSCRIBE_ALL / EXPIRE removes every row; a REFRESH after it
-   raises `last_refresh` (never lowers it);
+2. per (peer, bridge): the last UNSUBSCRIBE_ALL / EXPIRE removes every row; a REFRESH or a
+   SUBSCRIBE after it raises the `last_refresh` of every row of the peer (never lowers it): the
+   TTL is the peer's, as the bridge and nwaku keep it (a peer that subscribes to one more content
+   topic keeps the others);
 3. per criterion: the last SUBSCRIBE / UNSUBSCRIBE after the peer's last reset upserts
    (`last_refresh` = the later of the event and the peer's refresh; `subscribed_time` kept,
    or the event's for a new row) or deletes the row.
@@ -26,6 +28,9 @@ from google.protobuf.message import DecodeError
 from schemas import pipeline_records_pb2 as pr
 
 RESET_OPS = ("UNSUBSCRIBE_ALL", "EXPIRE")
+# A SUBSCRIBE refreshes the peer as a PING does: the bridge (ingest/filter/state.py) and nwaku
+# (waku_filter_v2/subscriptions.nim addSubscription: lastSeen) keep one refresh time per peer.
+REFRESH_OPS = ("REFRESH", "SUBSCRIBE")
 RESTART_PEER = "*"  # BRIDGE_RESTART records name no peer
 
 Key = tuple[str, str, str, str]  # (peer_id, bridge_id, pubsub_topic, content_topic)
@@ -125,7 +130,7 @@ def effect(events: list[Event], current: Mapping[Key, Row]) -> Effect:
     after = [e for e in live if e.seq > reset_seq.get((e.peer_id, e.bridge_id), -1)]
     refresh: dict[tuple[str, str], float] = {}
     for e in after:
-        if e.op == "REFRESH":
+        if e.op in REFRESH_OPS:
             pb = (e.peer_id, e.bridge_id)
             refresh[pb] = max(e.event_time, refresh.get(pb, e.event_time))
     for k, r in list(rows.items()):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from core.settings import WarehouseSettings
@@ -62,7 +63,14 @@ def apply_batch(batch: DataFrame, table: SubscriptionsTable) -> dict[str, Any]:
     can touch (one filtered read), then written by one MERGE on the full key (none when nothing
     changes). Returns its valid event count (`events`), the earliest SUBSCRIBE time in it
     (`first_subscribe`, None without one) and the rows deleted or written (`changes`)."""
-    events = batch_effect.decode((r[0], r[1], r[2]) for r in batch.select("value", "partition", "offset").collect())
+    return apply_records([(r[0], r[1], r[2]) for r in batch.select("value", "partition", "offset").collect()], table)
+
+
+def apply_records(records: Iterable[tuple[bytes, int, int]], table: SubscriptionsTable) -> dict[str, Any]:
+    """`apply_batch` on a batch's collected (value, partition, offset) records: decode, read the
+    rows they can touch, fold (batch_effect), one MERGE (tools/filter_twins.py drives it over an
+    in-memory table)."""
+    events = batch_effect.decode(records)
     if not events:
         return {"events": 0}
     pairs, restarts = batch_effect.touched(events)

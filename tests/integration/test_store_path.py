@@ -56,6 +56,31 @@ def test_spark_hash_and_digest_agree_with_python(spark):
         assert bytes(row.d) == store_digest(ct, payload)
 
 
+def test_spark_decoding_hashes_the_jvm_vectors_as_python_and_filter_keys_do(spark):
+    """The message hash's third form on the records jvm/test/vectors.json gives FilterKeys (whose
+    hashes are core.message.hash_of's, nwaku's own vectors among them): the store's decoding
+    (decode_ingest_records -> message_hash_col) must give the same topics and hash, and take as a
+    message with a content topic exactly the records FilterKeys reads."""
+    import datetime
+    import json
+
+    from pipeline.spark.records import decode_ingest_records
+
+    vectors = json.loads((REPO_ROOT / "jvm" / "test" / "vectors.json").read_text())["filter_keys"]
+    when = datetime.datetime(2026, 12, 2, tzinfo=datetime.UTC)
+    rows = [(bytes.fromhex(v["hex"]), "waku.messages", 0, i, when) for i, v in enumerate(vectors)]
+    kafka = spark.createDataFrame(rows, "value binary, topic string, partition int, offset long, timestamp timestamp")
+    got = {r.kafka_offset: r for r in decode_ingest_records(kafka).select(
+        "kafka_offset", "decoded", "has_message", "pubsub_topic", "content_topic", "message_hash").collect()}
+    assert len(got) == len(vectors)
+    for i, v in enumerate(vectors):
+        r = got[i]
+        read = bool(r.decoded and r.has_message and r.content_topic)
+        assert read == (v["keys"] is not None), v["name"]
+        if read:
+            assert [r.pubsub_topic, r.content_topic, bytes(r.message_hash).hex()] == v["keys"], v["name"]
+
+
 def ingest_record(pubsub: str, msg: wm.WakuMessage, received: float) -> bytes:
     return pr.IngestRecord(pubsub_topic=pubsub, message=msg, received_time=received,
                            source=pr.RELAY, bridge_id="bridge-test").SerializeToString()

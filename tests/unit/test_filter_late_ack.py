@@ -29,8 +29,22 @@ def test_a_refused_subscribe_that_lands_is_unsubscribed_for_what_the_peer_did_no
     view.apply("p", first, 0.0)
     late = Change(pr.SUBSCRIBE, T, ("/a/1/x/proto", "/a/1/y/proto"), "r2", "v2")  # answered 503, undone
     undo = undo_late_change(late, view.snapshot("p"))
-    assert undo == [Change(pr.UNSUBSCRIBE, T, ("/a/1/y/proto",), "r2", "v2")]
-    assert replay([first, late, *undo]).keys() == held(view).keys()
+    # x was held under r1: the late SUBSCRIBE gave it r2, so it is subscribed again as held
+    assert undo == [Change(pr.UNSUBSCRIBE, T, ("/a/1/y/proto",), "r2", "v2"),
+                    Change(pr.SUBSCRIBE, T, ("/a/1/x/proto",), "r1", "v2")]
+    assert replay([first, late, *undo]) == held(view)
+
+
+def test_a_refused_subscribe_of_held_criteria_gives_them_back_their_protocol_and_request_id():
+    view = SubscriptionView(FilterLimits())
+    first = Change(pr.SUBSCRIBE, T, ("/a/1/x/proto", "/a/1/y/proto"), "r1", "v2")
+    view.apply("p", first, 0.0)
+    same = Change(pr.SUBSCRIBE, T, ("/a/1/x/proto",), "r1", "v2")
+    assert undo_late_change(same, view.snapshot("p")) == []  # nothing it changed
+    late = Change(pr.SUBSCRIBE, T, ("/a/1/x/proto", "/a/1/y/proto"), "r5", "v00")  # answered 503, undone
+    undo = undo_late_change(late, view.snapshot("p"))
+    assert undo == [Change(pr.SUBSCRIBE, T, ("/a/1/x/proto", "/a/1/y/proto"), "r1", "v2")]
+    assert replay([first, late, *undo]) == held(view)
 
 
 def test_a_refused_unsubscribe_that_lands_is_subscribed_again():

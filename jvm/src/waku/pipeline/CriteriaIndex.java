@@ -46,9 +46,11 @@ import java.util.concurrent.atomic.AtomicLong;
  * is harmless: every event sets or deletes what it names (the same rules as the subscriptions
  * job's MERGEs), so the state after the replay is the state after the log.
  *
- * <p>Rules (pipeline/filter/subscriptions.py, the durable side, states them for Delta):
+ * <p>Rules (pipeline/filter/batch_effect.py, the durable side, states them for Delta; the three
+ * forms are compared step by step by tools/filter_twins.py and CriteriaIndexTwinsTest):
  * SUBSCRIBE upserts the peer's criteria at its bridge (time = the later of the old and the event
- * time); UNSUBSCRIBE deletes them; UNSUBSCRIBE_ALL and EXPIRE delete all the peer's criteria at
+ * time) and refreshes the peer as a REFRESH does (the TTL is the peer's: the bridge's view and
+ * nwaku keep one refresh time per peer); UNSUBSCRIBE deletes them; UNSUBSCRIBE_ALL and EXPIRE delete all the peer's criteria at
  * that bridge; REFRESH raises the peer's refresh time; BRIDGE_RESTART (peer "*") deletes the
  * bridge's criteria last refreshed before its time (and an event of that bridge older than its
  * latest restart, read later from another partition, is ignored). A criterion is live while
@@ -206,7 +208,7 @@ public final class CriteriaIndex {
     double cutoff = System.currentTimeMillis() / 1000.0 - ttlS;
     ArrayList<Sub> out = new ArrayList<>(subs.length);
     for (Sub s : subs) {
-      if (Math.max(s.time, s.peer.refresh) >= cutoff) {
+      if (live(s, cutoff)) {
         out.add(s);
       }
     }
@@ -406,11 +408,18 @@ public final class CriteriaIndex {
       return true;  // answered by the bridge's earlier run (its partition was read after the restart's)
     }
     switch (op) {
-      case OP_SUBSCRIBE:
-        for (String c : contents) {
-          put(peer(peerId, bridgeId, true), pubsub, c, protocol, requestId, time);
+      case OP_SUBSCRIBE: {
+        Peer p = peer(peerId, bridgeId, !contents.isEmpty());
+        if (p != null) {
+          for (String c : contents) {
+            put(p, pubsub, c, protocol, requestId, time);
+          }
+          if (time > p.refresh) {
+            p.refresh = time;  // the peer's other criteria stay live as long as these
+          }
         }
         break;
+      }
       case OP_UNSUBSCRIBE: {
         Peer p = peer(peerId, bridgeId, false);
         if (p != null) {
@@ -557,8 +566,18 @@ public final class CriteriaIndex {
     return null;
   }
 
-  private synchronized void purgeExpired() {
-    double cutoff = System.currentTimeMillis() / 1000.0 - ttlS;
+  /** Whether a criterion counts (is matched) at `cutoff` = now - TTL. */
+  static boolean live(Sub s, double cutoff) {
+    return Math.max(s.time, s.peer.refresh) >= cutoff;
+  }
+
+  private void purgeExpired() {
+    purgeExpired(System.currentTimeMillis() / 1000.0);
+  }
+
+  /** Drops the criteria not live at `now` (Unix seconds). */
+  synchronized void purgeExpired(double now) {
+    double cutoff = now - ttlS;
     for (Peer p : new ArrayList<>(peers.values())) {
       if (p.refresh < cutoff) {
         removeAll(p, cutoff);
@@ -728,6 +747,25 @@ public final class CriteriaIndex {
         }
       }
     }
+    return out;
+  }
+
+  /** The criteria live at `now` (Unix seconds), as {@link #match} finds them then:
+   *  "peer\tbridge\tpubsub\tcontent\tprotocol\trequest id" lines, sorted. */
+  synchronized List<String> liveAt(double now) {
+    double cutoff = now - ttlS;
+    List<String> out = new ArrayList<>();
+    for (Map.Entry<String, ConcurrentHashMap<String, Sub[]>> t : byTopic.entrySet()) {
+      for (Map.Entry<String, Sub[]> c : t.getValue().entrySet()) {
+        for (Sub s : c.getValue()) {
+          if (live(s, cutoff)) {
+            out.add(s.peer.peerId + "\t" + s.peer.bridgeId + "\t" + t.getKey() + "\t" + c.getKey() + "\t"
+                + s.protocol + "\t" + s.requestId);
+          }
+        }
+      }
+    }
+    out.sort(null);
     return out;
   }
 

@@ -155,6 +155,25 @@ class CriteriaIndexTest {
   }
 
   @Test
+  void aSubscribeRefreshesThePeersOtherCriteriaAsAPingDoes() throws IOException {
+    // the bridge (and nwaku) keep one refresh time per peer: subscribing to /b at t keeps /a live
+    CriteriaIndex idx = index();
+    double t = now();
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_SUBSCRIBE, t - TTL - 60, "/a"));
+    idx.applyEvent(event("p2", "b1", CriteriaIndex.OP_SUBSCRIBE, t - TTL - 60, "/a"));
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_SUBSCRIBE, t - 10, "/b"));
+    idx.applyEvent(event("p1", "b2", CriteriaIndex.OP_SUBSCRIBE, t - 10));  // no content topic: refreshes p1@b2 only
+    assertEquals(List.of("p1@b1"), peers(idx, "/a"));
+    assertEquals(List.of("p1@b1"), peers(idx, "/b"));
+    assertEquals(3, idx.rows().size());
+    assertEquals(List.of("p1\tb1\t" + TOPIC + "\t/a\tv2\treq-p1", "p1\tb1\t" + TOPIC + "\t/b\tv2\treq-p1"),
+        idx.liveAt(t));
+    idx.purgeExpired(t);
+    assertEquals(2, idx.rows().size());  // p2's /a was not live: purged
+    assertEquals(List.of(), idx.liveAt(t + TTL));
+  }
+
+  @Test
   void aBridgeRestartRemovesItsCriteriaLastRefreshedBefore() throws IOException {
     CriteriaIndex idx = index();
     double t = now();
