@@ -4,7 +4,7 @@
 # kafka-clients, delta-storage) plus JUnit's standalone console launcher resolved by
 # scripts/resolve_jars.py into .cache/jars/junit, and runs them. The tests' protobuf vectors
 # (jvm/test/vectors.json, encoded by Python's protobuf) are checked against the schemas first, and
-# the subscription sequence (jvm/test/subscription_vectors.json) against tools/filter_twins.py.
+# the subscription sequence (jvm/test/subscription_vectors.json) against tests/filter_twins.py.
 # Builds and replaces no jar. Prints each failure and a closing "N passed, N failed" line; exits
 # non-zero on any failure.
 #

@@ -59,7 +59,7 @@ def undo_late_change(change: Change, state: PeerState | None) -> list[Change]:
         extra = tuple(ct for ct in change.content_topics if (topic, ct) not in criteria)
         undo = [Change(pr.UNSUBSCRIBE, topic, extra, change.request_id, change.protocol)] if extra else []
         # A criterion held already took the late SUBSCRIBE's protocol and request id (v00 pushes
-        # carry it): subscribed again as held (tools/filter_twins.py found this one).
+        # carry it): subscribed again as held (tests/filter_twins.py found this one).
         again: dict[tuple[str, str], list[str]] = {}
         for ct in change.content_topics:
             c = criteria.get((topic, ct))

@@ -1,5 +1,5 @@
 """The JVM twins test's vectors: one seeded sequence of filter subscription requests, sweeps,
-restarts and late acknowledgements (tools/filter_twins.py) run through the bridge's state machine
+restarts and late acknowledgements (tests/filter_twins.py) run through the bridge's state machine
 (ingest/filter/state.py), with the SubscriptionEvents it produces (Python's protobuf encodings)
 and, after each step, the criteria the bridge holds, which CriteriaIndex must hold live at the
 step's time (CriteriaIndexTwinsTest); a filter job restart carries the snapshot of the
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 OUT = Path(__file__).resolve().parent / "subscription_vectors.json"
 sys.path.insert(0, str(REPO))
 
-from tools.filter_twins import vectors_json  # noqa: E402  (the repo root is put on the path first)
+from tests.filter_twins import vectors_json  # noqa: E402  (the repo root is put on the path first)
 
 
 def main() -> int:

@@ -68,7 +68,7 @@ def apply_batch(batch: DataFrame, table: SubscriptionsTable) -> dict[str, Any]:
 
 def apply_records(records: Iterable[tuple[bytes, int, int]], table: SubscriptionsTable) -> dict[str, Any]:
     """`apply_batch` on a batch's collected (value, partition, offset) records: decode, read the
-    rows they can touch, fold (batch_effect), one MERGE (tools/filter_twins.py drives it over an
+    rows they can touch, fold (batch_effect), one MERGE (tests/filter_twins.py drives it over an
     in-memory table)."""
     events = batch_effect.decode(records)
     if not events:

@@ -66,7 +66,7 @@ def test_refresh_after_the_reset_raises_every_row():
 
 def test_a_subscribe_refreshes_the_peers_other_rows_as_a_ping_does():
     """The TTL is the peer's (the bridge's view, nwaku's lastSeen): a peer that subscribes to one
-    more content topic keeps the others (tools/filter_twins.py found the table letting them lapse)."""
+    more content topic keeps the others (tests/filter_twins.py found the table letting them lapse)."""
     got = fold([row("p", "a", 90.0), row("p", "b", 200.0), row("q", "a", 90.0)], ev("p", S, ["c"], 150))
     assert got == {("p", "B", "a"): (150.0, 50.0, "old"), ("p", "B", "b"): (200.0, 50.0, "old"),
                    ("p", "B", "c"): (150.0, 150.0, "r"), ("q", "B", "a"): (90.0, 50.0, "old")}

@@ -1,5 +1,5 @@
 """The filter subscription state machine's three forms on one seeded sequence (issue 69,
-tools/filter_twins.py): after every step, the criteria the bridge's view holds
+tests/filter_twins.py): after every step, the criteria the bridge's view holds
 (ingest/filter/state.py through protocol.handle) equal those live in the subscriptions table
 after the subscriptions job's fold (pipeline/filter/subscriptions.apply_records -> batch_effect,
 over an in-memory table), and a committed batch folded again changes nothing. The resident index
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.filter.batch_effect import decode
-from tools.filter_twins import SEED, STEPS, Twins, line, vectors_json
+from tests.filter_twins import SEED, STEPS, Twins, line, vectors_json
 
 VECTORS = Path(__file__).resolve().parents[2] / "jvm" / "test" / "subscription_vectors.json"
 # The committed vectors' seed, a few more, and WAKU_TWINS_SEED (a seed to try) when set.

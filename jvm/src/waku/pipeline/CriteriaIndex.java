@@ -47,7 +47,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * job's MERGEs), so the state after the replay is the state after the log.
  *
  * <p>Rules (pipeline/filter/batch_effect.py, the durable side, states them for Delta; the three
- * forms are compared step by step by tools/filter_twins.py and CriteriaIndexTwinsTest):
+ * forms are compared step by step by tests/filter_twins.py and CriteriaIndexTwinsTest):
  * SUBSCRIBE upserts the peer's criteria at its bridge (time = the later of the old and the event
  * time) and refreshes the peer as a REFRESH does (the TTL is the peer's: the bridge's view and
  * nwaku keep one refresh time per peer); UNSUBSCRIBE deletes them; UNSUBSCRIBE_ALL and EXPIRE delete all the peer's criteria at

@@ -21,7 +21,7 @@ import org.junit.jupiter.api.io.TempDir;
 
 /**
  * The resident index against the bridge's state machine (issue 69): the seeded sequence of
- * jvm/test/subscription_vectors.json (tools/filter_twins.py, written by
+ * jvm/test/subscription_vectors.json (tests/filter_twins.py, written by
  * jvm/test/make_subscription_vectors.py) replayed event by event; after every step the criteria
  * live at the step's time must be those the bridge holds. A filter job restart builds a new index
  * as the job does: the snapshot of the subscriptions table, then the events from the committed

@@ -35,7 +35,7 @@ What it found (fixed): a SUBSCRIBE did not refresh the peer's other criteria in 
 index (the bridge and nwaku keep one refresh time per peer), and the undo of a late SUBSCRIBE left
 held criteria with the refused request's protocol and request id.
 
-    python -m tools.filter_twins [--seed N] [--steps N]   # print the steps, and any difference
+    python -m tests.filter_twins [--seed N] [--steps N]   # print the steps, and any difference
 """
 from __future__ import annotations
 
