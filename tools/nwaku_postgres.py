@@ -37,8 +37,9 @@ nwaku's own oddities are kept, not fixed (each is noted where it is): its prepar
 are only used when a query has content topics, hashes, a pubsub topic and both time bounds, and
 then fail (the data statements without a cursor never reach the server: "lengths discrepancies";
 with a cursor the hash is bound to the timestamp parameter) or match nothing past one topic or
-hash (``contentTopic IN ($1)`` gets the topics joined by commas); hash lookups come back newest
-first whatever the direction; ``DELETE FROM messages`` leaves messages_lookup's rows.
+hash (``contentTopic IN ($1)`` gets the topics joined by commas); a lookup by hashes alone
+orders newest first whatever the direction (so a forward page of it is newest first, a backward
+one oldest first); ``DELETE FROM messages`` leaves messages_lookup's rows.
 
     with PostgresServer(directory) as pg:          # private cluster, 127.0.0.1, free port
         with pg.connect() as conn:                 # autocommit, as nwaku's connections
@@ -273,7 +274,8 @@ class PostgresServer:
 
     def connect(self, **kwargs: Any) -> Any:
         """A psycopg connection in autocommit mode (nwaku's libpq connections: a transaction a
-        statement)."""
+        statement); keyword arguments go to psycopg.connect (``dbname=`` for another
+        database)."""
         import psycopg
 
         kwargs.setdefault("autocommit", True)
@@ -290,9 +292,10 @@ class PostgresServer:
             return []
         return [pid, *_children(pid)]
 
-    def database_bytes(self) -> int:
-        """``pg_database_size(current_database())``: what nwaku's size policy measures."""
-        with self.connect() as conn:
+    def database_bytes(self, dbname: str = "postgres") -> int:
+        """``pg_database_size(current_database())`` of `dbname`: what nwaku's size policy
+        measures."""
+        with self.connect(dbname=dbname) as conn:
             return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
 
 
@@ -736,15 +739,19 @@ def _copy(conn: Any, statement: str, rows: Any, chunk_rows: int) -> None:
             copy.write(data)
 
 
-def bulk_load(conn: Any, table: Any, chunk_rows: int = 200_000) -> int:
+def bulk_load(conn: Any, table: Any, chunk_rows: int = 200_000, keep_indexes: bool = False) -> int:
     """Loads our rows (a pyarrow Table with at least received_time, message_hash, pubsub_topic,
     content_topic, payload, version, timestamp and meta, as MESSAGES_ARROW_SCHEMA) into nwaku's
     messages and messages_lookup, as nwaku's inserts would have left them (`nwaku_rows`), with
-    COPY: first the partitions that cover the rows' timestamps (`create_partitions`), then the
-    rows. Into empty tables the indexes and primary keys are dropped first and made again after
-    the load (same names, same definitions: the result is the same tables, built by a sort
-    instead of a row at a time); then ANALYZE (nwaku's analyzeTableLoop runs ANALYZE messages
-    daily). Returns the rows loaded (repeated (hash, timestamp) pairs counted once)."""
+    COPY (messages and messages_lookup on two connections at once): first the partitions that
+    cover the rows' timestamps (`create_partitions`; rows older than an existing oldest
+    partition raise ValueError), then the rows, then ANALYZE of both (nwaku's analyzeTableLoop
+    runs ANALYZE messages daily). Into empty tables, unless `keep_indexes`, the primary keys and
+    indexes are dropped first and made again after the load: same names and definitions, but
+    built by a sort, so the hash indexes come out packed (fill factor 90) where nwaku's, grown a
+    random hash at a time, are about a third larger after page splits; `keep_indexes=True`
+    loads with them in place (slower, the index shape of a node that inserted the rows).
+    Returns the rows loaded (repeated (hash, timestamp) pairs counted once)."""
     import pyarrow.compute as pc
 
     _require_autocommit(conn)
@@ -755,7 +762,7 @@ def bulk_load(conn: Any, table: Any, chunk_rows: int = 200_000) -> int:
     create_partitions(conn, lo.as_py() // 1_000_000_000, hi.as_py() // 1_000_000_000)
     empty = conn.execute("SELECT NOT EXISTS (SELECT 1 FROM messages) AND NOT EXISTS (SELECT 1 FROM messages_lookup)"
                          ).fetchone()[0]
-    rebuild = _drop_indexes(conn) if empty else []
+    rebuild = _drop_indexes(conn) if empty and not keep_indexes else []
     # messages on `conn`, messages_lookup on a second connection alongside (a backend each)
     import psycopg
 
@@ -1032,8 +1039,9 @@ def query(conn: Any, pubsub_topic: str | None = None, content_topics: Sequence[s
       (nwaku: rows[^2]); a backward page is reversed, so rows come oldest first;
     - hashes go 100 to a query (countup(0, len, 100): one query per 100, and one more without
       hashes when their number is a multiple of 100), the rows of all concatenated;
-    - hashes alone (no topics, times or cursor): the messages_lookup join, newest first whatever
-      `forward`, never reversed;
+    - hashes alone (no topics, times or cursor): the messages_lookup join, with data even when
+      `include_data` is false (only the hashes are answered), ``ORDER BY ... DESC`` whatever
+      `forward` (and then reversed when backward);
     - content topics + hashes + pubsub topic + both times: the prepared statements (see
       `_prepared` for how they fail);
     - otherwise the arbitrary query: the cursor's timestamp from messages_lookup (prepared), then
@@ -1072,7 +1080,7 @@ def query(conn: Any, pubsub_topic: str | None = None, content_topics: Sequence[s
     if not rows:
         return StorePage([], None, ran)
     cursor = rows[-2].message_hash if len(rows) > max_page else None
-    page = rows[:max_page]
+    page = rows[:max_page] if include_data else [StoreRow(r.message_hash) for r in rows[:max_page]]
     if not forward:
         page.reverse()
     return StorePage(page, cursor, ran)

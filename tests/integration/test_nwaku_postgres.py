@@ -241,6 +241,8 @@ def test_hash_lookups(db, seed):
             assert page.rows == [as_row(r) for r in newest_first] and page.cursor is None
         else:  # ... and a backward page is reversed by findMessages
             assert page.rows == [as_row(r) for r in reversed(newest_first)]
+    bare = query(conn, hashes=[r.message_hash for r in chosen], page_size=100, include_data=False)
+    assert bare.rows == [StoreRow(r.message_hash) for r in newest_first]
     page = query(conn, hashes=[r.message_hash for r in chosen], page_size=10)
     assert page.rows == [as_row(r) for r in newest_first[:10]]
     assert page.cursor == newest_first[9].message_hash
