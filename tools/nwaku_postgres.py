@@ -52,9 +52,11 @@ one oldest first); ``DELETE FROM messages`` leaves messages_lookup's rows.
 The server: PostgreSQL from Debian's postgresql package (15 on bookworm, as nwaku-compose's
 postgres:15 image), binaries from /usr/lib/postgresql/<newest>/bin, the settings nwaku-compose's
 postgres_cfg/postgresql.conf changes from the defaults (`NWAKU_COMPOSE_SETTINGS`; not its
-pg_stat_statements preload, a monitoring extension), locale C.UTF-8 (the image's en_US.utf8 is not
-generated on this machine; hex and topic strings sort the same). As root it runs as the
-``postgres`` system user (PostgreSQL refuses root), the directory chowned to it.
+pg_stat_statements preload, a monitoring extension), fsync and synchronous_commit on (the
+defaults: each of nwaku's two INSERTs a message waits for its WAL flush), locale C.UTF-8 (the
+image's en_US.utf8 is not generated on this machine: lower-case hex hashes sort the same in both,
+topics are only compared for equality; en_US's comparisons cost a little more). As root it runs
+as the ``postgres`` system user (PostgreSQL refuses root), the directory chowned to it.
 """
 from __future__ import annotations
 
