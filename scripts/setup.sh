@@ -27,7 +27,7 @@ apt_install() {  # apt_install PKG... : install Debian packages when we may (roo
 }
 
 # 1. System packages: Java 17 (javac too: the protobuf decoder is compiled here), Maven,
-#    libgmp headers for py-libp2p's fastecdsa, a Python 3.11 with venv.
+#    libgmp headers for py-libp2p's fastecdsa, PostgreSQL's server, a Python 3.11 with venv.
 if ! command -v java >/dev/null || ! command -v javac >/dev/null; then
   apt_install openjdk-17-jdk-headless || true
 fi
@@ -36,6 +36,19 @@ jv=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
 [ "${jv:-0}" -ge 17 ] || die "Java ${jv:-?} found, Java 17 or newer needed (set JAVA_HOME / PATH)"
 command -v mvn >/dev/null || apt_install maven
 [ -f /usr/include/gmp.h ] || [ -f /usr/include/x86_64-linux-gnu/gmp.h ] || apt_install libgmp-dev
+# PostgreSQL's server (Debian's postgresql: 15 on bookworm, the major version nwaku-compose runs)
+# for nwaku's archive beside our store (tools/nwaku_postgres.py, its integration test, the
+# issue-71 benchmark). Always, not only --with-interop: once there it is one glob, and
+# tools/nwaku_postgres.py's "run make setup" then holds. Only the binaries under
+# /usr/lib/postgresql/<ver>/bin are used (private clusters in the callers' directories), never
+# the package's own cluster. Not root: a warning, the test skips.
+if ! compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt_install postgresql
+  else
+    say "warning: PostgreSQL's server missing (apt-get install postgresql): tests/integration/test_nwaku_postgres.py will skip"
+  fi
+fi
 command -v "$PY" >/dev/null || die "$PY not found: install Python 3.11 (or set PYTHON=/path/to/python3.11)"
 
 # 2. Python virtual environment with the pinned dependencies.
