@@ -186,7 +186,7 @@ def pg_client(spec: dict) -> None:
                 break
             try:
                 result = page(q, cursor)
-            except psycopg.Error as exc:  # counted and reported: a page that failed is missing
+            except (psycopg.Error, npg.NwakuError) as exc:  # counted and reported: a page that failed is missing
                 counts["errors"] += 1
                 last_error = f"{type(exc).__name__}: {exc}"
                 break
@@ -223,7 +223,7 @@ def pg_writer(spec: dict) -> None:
         payload = rnd.randbytes(sq.PAYLOAD_BYTES)
         return {"message_hash": rnd.randbytes(32), "pubsub_topic": rnd.choice(sq.PUBSUB),
                 "content_topic": rnd.choices(ct, weights=sq.CONTENT_WEIGHTS)[0], "payload": payload,
-                "version": 0, "timestamp": t_ns + i * 1000 + spec["seed"], "meta": None}
+                "version": 0, "timestamp": t_ns + i * 1000 + spec["seed"], "meta": b""}
 
     npg.insert_row(conn, **message(-1))  # warm: the prepared statement
     print("READY", flush=True)
@@ -435,17 +435,13 @@ def with_background(side, seconds: float, rate: float, action) -> tuple[dict, di
 
 # --- the rows -------------------------------------------------------------------------------
 
-def table_batches(path: str, batch_rows: int = 200_000):
-    """The Delta table's rows, as pyarrow tables of the columns nwaku's archive holds."""
+def table_rows(path: str):
+    """The Delta table's rows (one pyarrow Table) in the columns nwaku's archive holds."""
     from deltalake import DeltaTable
 
     cols = ["message_hash", "pubsub_topic", "content_topic", "payload", "version", "timestamp", "meta",
             "received_time"]
-    dataset = DeltaTable(path).to_pyarrow_dataset()
-    import pyarrow as pa
-
-    for batch in dataset.to_batches(columns=cols, batch_size=batch_rows):
-        yield pa.Table.from_batches([batch])
+    return DeltaTable(path).to_pyarrow_dataset().to_table(columns=cols)
 
 
 def sample_hashes(path: str, n: int, seed: int) -> list[bytes]:
@@ -520,6 +516,7 @@ def main() -> int:
     load_start = os.getloadavg()
     workdir = Path(args.keep or tempfile.mkdtemp(prefix="waku-store-vs-pg-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    workdir.chmod(0o755)  # PostgreSQL runs as its own user (as root: `postgres`), inside it
     table = str(workdir / "wh" / "messages")
     out: dict = {"benchmark": "store_vs_postgres", "rows": rows, "clients": clients, "seconds": seconds,
                  "seed": args.seed}
@@ -535,21 +532,19 @@ def main() -> int:
                 shipped["target_file_bytes"], shipped["block_bytes"])), 1)
         log("starting PostgreSQL")
         pg = npg.PostgresServer(workdir / "pg").start()
-        out["postgres_version"] = pg.version()
-        import psycopg
-
-        with psycopg.connect(pg.dsn, autocommit=True) as conn:
-            if not npg.schema_exists(conn):
+        out["postgres_version"] = pg.version
+        with pg.connect() as conn:
+            if not npg.current_version(conn):
                 npg.create_schema(conn)
                 began = time.monotonic()
                 npg.create_partitions(conn, base_t - 3600, end_t + 3 * 3600)
-                loaded = 0
-                for batch in table_batches(table):
-                    loaded += npg.bulk_load(conn, batch)
-                    log(f"  loaded {loaded:,} rows into PostgreSQL")
+                rows_in = table_rows(table)
+                log(f"loading {rows_in.num_rows:,} rows into PostgreSQL (COPY, indexes built after)")
+                out["postgres_loaded"] = npg.bulk_load(conn, rows_in)
+                del rows_in
                 out["postgres_load_s"] = round(time.monotonic() - began, 1)
-                npg.analyze(conn)
-            out["postgres_rows"] = npg.row_count(conn)
+                log(f"  loaded in {out['postgres_load_s']} s")
+            out["postgres_rows"] = npg.messages_count(conn)
         out["delta_rows"] = delta_rows(table)
         out["delta_bytes"] = dir_bytes(table)
         out["postgres_bytes"] = pg.database_bytes()
@@ -671,7 +666,7 @@ def ours_ingest(extra: list[str]) -> dict:
 def retention(ours: Ours, theirs: Theirs, pg, table: str, workdir: Path, seconds: float, out: dict,
               base_t: float, end_t: float) -> dict:
     """Each side's retention while its clients page open loop at half its closed-loop rate."""
-    import psycopg
+    import dataclasses
 
     from tools import nwaku_postgres as npg
 
@@ -680,25 +675,25 @@ def retention(ours: Ours, theirs: Theirs, pg, table: str, workdir: Path, seconds
     runs = out.get("query", {})
     # theirs: nwaku's time retention, then its size retention down to half of what is left
     rate = 0.5 * (runs.get("postgres", [{}])[0].get("pages_per_s") or 50.0)
-    before_bytes, before_rows = pg.database_bytes(), None
-    with psycopg.connect(pg.dsn, autocommit=True) as conn:
-        before_rows = npg.row_count(conn)
+    before_bytes = pg.database_bytes()
+    with pg.connect() as conn:
+        before_rows = npg.messages_count(conn)
 
     def pg_retention() -> dict:
-        with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        with pg.connect() as conn:
             t0 = time.monotonic()
             removed_time = npg.apply_time_retention(conn, retention_s=end_t - cut_s, now_s=end_t)
             t1 = time.monotonic()
-            target = pg.database_bytes() // 2
-            removed_size = npg.apply_size_retention(conn, max_bytes=target)
-            return {"time_policy_s": round(t1 - t0, 2), "time_removed": removed_time,
+            target = pg.database_bytes() * 3 // 4
+            removed_size = npg.apply_size_retention(conn, max_bytes=target, now_s=end_t)
+            return {"time_policy_s": round(t1 - t0, 2), "time_removed": dataclasses.asdict(removed_time),
                     "size_policy_s": round(time.monotonic() - t1, 2), "size_target_bytes": target,
-                    "size_removed": removed_size}
+                    "size_removed": dataclasses.asdict(removed_size)}
 
     log(f"postgres retention under {rate:.0f} pages/s")
     run, _ = with_background(theirs, seconds, rate, pg_retention)
-    with psycopg.connect(pg.dsn, autocommit=True) as conn:
-        after_rows = npg.row_count(conn)
+    with pg.connect() as conn:
+        after_rows = npg.messages_count(conn)
     run.update(rows_before=before_rows, rows_after=after_rows, bytes_before=before_bytes,
                bytes_after=pg.database_bytes(),
                p99_ratio=ratio(run["phases"]["during"]["p99_ms"], run["phases"]["before"]["p99_ms"]))
