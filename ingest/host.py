@@ -6,7 +6,6 @@ machine's addresses."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import logging
 import re
@@ -14,28 +13,24 @@ import socket
 import ssl
 import struct
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import multiaddr
 import trio
 from libp2p import new_host
-from libp2p.abc import IHost, IMuxedConn, INetStream, INetwork, INotifee
+from libp2p.abc import IHost, IMuxedConn, INetStream
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
 from libp2p.custom_types import StreamHandlerFn, TProtocol
-from libp2p.host.basic_host import _IdentifyNotifee
 from libp2p.io.exceptions import IOException
-from libp2p.io.trio import TrioTCPStream
+from libp2p.network.exceptions import SwarmException
 from libp2p.network.swarm import Swarm
-from libp2p.network.tag_store import TagStoreNotifee
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
-from libp2p.pubsub.pubsub_notifee import PubsubNotifee
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
-from libp2p.security.secure_session import SecureSession
 from libp2p.stream_muxer.exceptions import MuxedConnError, MuxedStreamError
 from libp2p.stream_muxer.mplex.mplex import MPLEX_PROTOCOL_ID, Mplex
 from libp2p.stream_muxer.yamux.yamux import (
@@ -52,7 +47,8 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.transport.websocket.multiaddr_utils import parse_websocket_multiaddr
 from libp2p.transport.websocket.transport import WebsocketTransport
 from multiaddr import Multiaddr
-from trio._sync import _LockImpl
+
+from ingest import p2p_patches
 
 
 class ListenError(Exception):
@@ -227,13 +223,6 @@ def quiet_network_errors() -> None:
             handler.addFilter(_OneLine())
 
 
-async def _no_auto_dials() -> None:
-    """Replaces py-libp2p 0.8.1's AutoConnector.maybe_connect: it redials every peer ever seen
-    (light clients long gone included) to keep 150 connections. The bridge dials its static
-    peers only (Bridge._keep_dialled, with backoff)."""
-    return None
-
-
 # What a stream ends with when the peer resets it, closes it or goes away mid-answer.
 NETWORK_ERRORS = (IOException, MuxedStreamError, MuxedConnError, OSError, EOFError, trio.BrokenResourceError,
                   trio.ClosedResourceError)
@@ -251,8 +240,9 @@ class StreamLimits:
 class StreamGate:
     """Counts inbound streams while their handlers run and refuses a stream over the caps (its
     protocol's 429 when registered with `refuse_with`, else a reset): the libp2p resource
-    manager's stream limits, for py-libp2p, which has none. Installed on a host with
-    `gate_stream_handlers`; `on_refused(protocol, scope)` counts refusals."""
+    manager's stream limits, for py-libp2p, which has none. Installed on a host by
+    `build_host(stream_gate=...)` (`p2p_patches.gate_stream_handlers`); `on_refused(protocol,
+    scope)` counts refusals."""
 
     def __init__(self, limits: StreamLimits,
                  on_refused: Callable[[str, str], None] | None = None,
@@ -348,20 +338,6 @@ async def _reset_quietly(stream: INetStream) -> None:
         pass
 
 
-def gate_stream_handlers(host: IHost, gate: StreamGate) -> None:
-    """Every stream handler of `host` runs through `gate`: those set already (identify, ping)
-    and those set from now on (relay, the services)."""
-    plain = host.set_stream_handler
-    for protocol_id, handler in list(host.multiselect.handlers.items()):  # type: ignore[attr-defined]
-        if protocol_id is not None and handler is not None:
-            plain(protocol_id, gate.wrap(str(protocol_id), handler))
-
-    def set_stream_handler(protocol_id: TProtocol, stream_handler: StreamHandlerFn) -> None:
-        plain(protocol_id, gate.wrap(str(protocol_id), stream_handler))
-
-    host.set_stream_handler = set_stream_handler  # type: ignore[method-assign]
-
-
 def _is_plain_ws(addr: multiaddr.Multiaddr) -> bool:
     try:
         return not parse_websocket_multiaddr(addr).is_wss
@@ -404,52 +380,57 @@ async def dial(host: IHost, info: PeerInfo, timeout: float = 10.0, retries: int 
     (`waku_dial_attempts`, nwaku's `libp2p_total_dial_attempts_total`).
 
     `retries` (None: py-libp2p's way): the addresses of `info` dialled one after another by this
-    call alone, each `retries` more times. py-libp2p's way retries an address 3 times (0.1/0.2/
-    0.4 s apart: a refused connection fails after ~0.7 s, seconds under load) and waits for a
-    dial of the same peer already running elsewhere (the discv5 or static-peer loop's, which
+    call alone, each `retries` more times (`_dial_addr`: this dial's own, the swarm's retry setting
+    untouched, so dials running meanwhile keep theirs). py-libp2p's way retries an address 3 times
+    (0.1/0.2/0.4 s apart: a refused connection fails after ~0.7 s, seconds under load) and waits
+    for a dial of the same peer already running elsewhere (the discv5 or static-peer loop's, which
     may hang on a node shutting down); 0 is nim-libp2p's dial, one attempt (nwaku's lightpush
-    client answers `dial_failure` at once). The swarm has one retry setting: dials running
-    meanwhile get the same (their callers retry)."""
+    client answers `dial_failure` at once)."""
     host.waku_dial_attempts = getattr(host, "waku_dial_attempts", 0) + 1  # type: ignore[attr-defined]
     swarm = host.get_network()
     forget_closed(host, info.peer_id)
     unblock = getattr(swarm, "unblock_peer", None)
     if unblock is not None:
         unblock(info.peer_id)
-    with _retries(swarm, retries), trio.fail_after(timeout):
+    with trio.fail_after(timeout):
         if retries is None:
             await host.connect(info)
             return
-        if host.get_network().connections.get(info.peer_id):
+        if swarm.connections.get(info.peer_id):
             return
         host.get_peerstore().add_addrs(info.peer_id, info.addrs, 120)
         errors: list[str] = []
         for addr in info.addrs:
             try:
-                await cast(Swarm, swarm).dial_addr(addr, info.peer_id)
+                await _dial_addr(cast(Swarm, swarm), addr, info.peer_id, retries)
                 return
             except Exception as exc:  # noqa: BLE001 - this address failed: the next one
                 errors.append(f"{addr}: {type(exc).__name__}: {exc}")
         raise ConnectionError(f"unable to connect to {info.peer_id}: " + "; ".join(errors or ["no address"]))
 
 
-@contextlib.contextmanager
-def _retries(swarm: Any, retries: int | None) -> Iterator[None]:
-    """The swarm's retry count set to `retries` while at least one such dial runs (None: as is)."""
-    config = getattr(swarm, "retry_config", None)
-    if retries is None or config is None:
-        yield
-        return
-    if not getattr(swarm, "waku_quick_dials", 0):
-        swarm.waku_saved_retry_config = config
-        swarm.retry_config = dataclasses.replace(config, max_retries=retries)
-    swarm.waku_quick_dials = getattr(swarm, "waku_quick_dials", 0) + 1
-    try:
-        yield
-    finally:
-        swarm.waku_quick_dials -= 1
-        if not swarm.waku_quick_dials:
-            swarm.retry_config = swarm.waku_saved_retry_config
+async def _dial_addr(swarm: Swarm, addr: Multiaddr, peer_id: ID, retries: int) -> None:
+    """`Swarm.dial_addr` with `retries` of this call's own: py-libp2p 0.8.1's `_dial_with_retry`
+    (its backoff between attempts, no retry after a peer id mismatch, whose addresses are
+    dropped) over its single attempts, reading the swarm's retry setting only for the backoff's
+    delays (p2p_patches.REGISTRY fingerprints the three)."""
+    last: Exception | None = None
+    for attempt in range(retries + 1):
+        try:
+            await swarm._dial_addr_single_attempt(addr, peer_id)
+            return
+        except Exception as exc:  # noqa: BLE001 - as py-libp2p's: any failure is retried
+            last = exc
+            if "Peer ID mismatch" in f"{exc} {exc.__cause__ or ''}":
+                with contextlib.suppress(Exception):
+                    swarm.peerstore.clear_addrs(peer_id)
+                swarm._negative_peer_cache.evict(str(peer_id))
+                break
+            if attempt < retries:
+                await trio.sleep(swarm._calculate_backoff_delay(attempt))
+    if isinstance(last, SwarmException):
+        raise last
+    raise SwarmException(f"Failed to connect after {retries} attempts") from last
 
 
 def forget_closed(host: IHost, peer_id: ID) -> int:
@@ -469,172 +450,6 @@ def forget_closed(host: IHost, peer_id: ID) -> int:
     return dropped
 
 
-# What one socket read asks for (py-libp2p 0.8.1 asks for exactly what the layer above wants:
-# a noise frame's 2-byte length, then its body; two syscalls a relay message).
-TCP_READ_BYTES = 64 * 1024
-
-_PLAIN_TCP_READ = TrioTCPStream.read  # py-libp2p 0.8.1's
-_PLAIN_WINDOW_UPDATE = YamuxStream._auto_tune_and_send_window_update  # py-libp2p 0.8.1's
-
-
-async def _buffered_tcp_read(self: TrioTCPStream, n: int | None = None) -> bytes:
-    """Replaces TrioTCPStream.read: reads up to TCP_READ_BYTES from the socket into a buffer
-    and serves reads of `n` bytes from it (one syscall for many noise frames; py-libp2p reads
-    each frame's length prefix and body with a syscall each)."""
-    if n == 0:
-        return b""
-    while True:
-        buf: bytes = self._waku_rbuf  # type: ignore[attr-defined]
-        pos: int = self._waku_rpos  # type: ignore[attr-defined]
-        if pos < len(buf):
-            end = len(buf) if n is None else min(len(buf), pos + n)
-            self._waku_rpos = end  # type: ignore[attr-defined]
-            return buf[pos:end] if pos or end < len(buf) else buf
-        data = await _PLAIN_TCP_READ(self, TCP_READ_BYTES if n is None else max(n, TCP_READ_BYTES))
-        if self._waku_rpos < len(self._waku_rbuf):  # type: ignore[attr-defined]
-            # another task's read filled the buffer meanwhile: ours come after its bytes
-            self._waku_rbuf = self._waku_rbuf[self._waku_rpos:] + data  # type: ignore[attr-defined]
-            self._waku_rpos = 0  # type: ignore[attr-defined]
-            continue
-        if not data:
-            return data
-        self._waku_rbuf, self._waku_rpos = data, 0  # type: ignore[attr-defined]
-
-
-async def _window_update_at_half(self: YamuxStream, *, bytes_read: int = 0) -> None:
-    """Replaces YamuxStream._auto_tune_and_send_window_update: go-yamux's rule, a WINDOW_UPDATE
-    once the window the peer has left (plus what is buffered unread) is half the target or
-    less. py-libp2p 0.8.1 sends one after nearly every read (its "partial slack" branch credits
-    the bytes read twice): with a reader that keeps pace, one noise-encrypted frame and a
-    syscall per relay message, and a receive window that creeps past its target. Auto-tuning
-    (`_apply_autotune_epoch`, bounded by the relay's `bound_receive_windows`) applies when an
-    update goes out, as before. No update due: no lock taken (a trio lock is a trip through the
-    scheduler; nothing can change the window between this check and the return)."""
-    due = self.target_recv_window - (self.recv_window + len(self.conn.stream_buffers.get(self.stream_id, b"")))
-    if due <= 0 or due < self.target_recv_window // 2:
-        return
-    async with self.window_lock:
-        buffered = len(self.conn.stream_buffers.get(self.stream_id, b""))
-        delta = self.target_recv_window - (self.recv_window + buffered)
-        if delta <= 0 or delta < self.target_recv_window // 2:
-            return
-        self.recv_window += delta
-        self._pending_recv_release = 0
-        delta += self._apply_autotune_epoch(buffered)
-    await self.send_window_update(delta, skip_lock=True)
-
-
-_PLAIN_READ_DATA_BODY = Yamux._read_data_body  # py-libp2p 0.8.1's
-
-
-async def _data_body_from_noise_buffer(self: Yamux, length: int) -> bytes:
-    """Replaces Yamux._read_data_body: a DATA frame's body that is in the noise session's
-    buffer already (it came in the noise message that carried the header: go-yamux writes
-    header and body together) is taken from it at once; py-libp2p 0.8.1 opened a timeout scope
-    and went through two reads for it. Otherwise as before (bounded by its timeout)."""
-    conn = self.secured_conn
-    if isinstance(conn, SecureSession) and conn.high_watermark - conn.low_watermark >= length:
-        return conn._drain(length)
-    return await _PLAIN_READ_DATA_BODY(self, length)
-
-
-class QuickLock(_LockImpl):
-    """A trio lock whose acquire, when the lock is free, takes it without a pass through the
-    scheduler (trio's yields there every time). py-libp2p's yamux takes a lock for nearly every
-    frame it reads or writes (the session's stream table, the stream's window, the socket's
-    read and write): under a filter load of 50 msg/s to 20 go-waku clients most of the trio
-    thread's ~1,300 loop turns a second. Every QUICK_YIELD_EVERY-th free take still yields, so
-    a task that takes locks in a loop over buffered input (the session's reader) lets the others
-    run. Cancellation is checked as in trio's (`checkpoint_if_cancelled`); fairness is trio's:
-    a lock with waiters is handed to the first of them. Protected from KeyboardInterrupt as
-    trio's is (a lock is never left taken half-way)."""
-
-    @trio.lowlevel.enable_ki_protection
-    async def acquire(self) -> None:
-        global _quick_takes
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            self.acquire_nowait()
-        except trio.WouldBlock:
-            await _LockImpl.acquire(self)
-            return
-        _quick_takes += 1
-        if _quick_takes % QUICK_YIELD_EVERY == 0:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-
-
-QUICK_YIELD_EVERY = 16
-_quick_takes = 0
-_PLAIN_YAMUX_INIT = Yamux.__init__
-_PLAIN_YAMUX_STREAM_INIT = YamuxStream.__init__
-_PLAIN_TCP_INIT = TrioTCPStream.__init__
-
-
-def _yamux_init(self: Yamux, *args: Any, **kwargs: Any) -> None:
-    _PLAIN_YAMUX_INIT(self, *args, **kwargs)
-    self.streams_lock = QuickLock()  # type: ignore[assignment]
-    self._write_lock = QuickLock()  # type: ignore[assignment]
-
-
-def _yamux_stream_init(self: YamuxStream, *args: Any, **kwargs: Any) -> None:
-    _PLAIN_YAMUX_STREAM_INIT(self, *args, **kwargs)
-    self.window_lock = QuickLock()  # type: ignore[assignment]
-
-
-def _tcp_init(self: TrioTCPStream, *args: Any, **kwargs: Any) -> None:
-    _PLAIN_TCP_INIT(self, *args, **kwargs)
-    self.read_lock = QuickLock()  # type: ignore[assignment]
-    self.write_lock = QuickLock()  # type: ignore[assignment]
-
-
-class ConnectionNotifee(INotifee):
-    """A swarm notifee of connections only: its stream and listen callbacks do nothing, so the
-    swarm (with `fewer_io_calls`) skips the fan-out of stream events for it."""
-
-    async def opened_stream(self, network: INetwork, stream: INetStream) -> None: ...
-    async def closed_stream(self, network: INetwork, stream: INetStream) -> None: ...
-    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None: ...
-    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None: ...
-
-
-# Stream callbacks that do nothing: py-libp2p 0.8.1's own notifees' (source pinned in
-# tests/unit/test_relay_read_io.py; PubsubNotifee's is a bare checkpoint) and ours.
-_QUIET_STREAM_CALLBACKS = frozenset({
-    PubsubNotifee.opened_stream, PubsubNotifee.closed_stream,
-    TagStoreNotifee.opened_stream, TagStoreNotifee.closed_stream,
-    _IdentifyNotifee.opened_stream, _IdentifyNotifee.closed_stream,
-    ConnectionNotifee.opened_stream, ConnectionNotifee.closed_stream,
-})
-_PLAIN_SWARM_NOTIFY = Swarm._notify  # py-libp2p 0.8.1's
-
-
-async def _notify_who_listens(self: Swarm, method: str, *args: Any) -> None:
-    """`Swarm._notify`, except that a stream's open or close notifies nobody when no notifee
-    acts on it. The swarm awaits the fan-out (a nursery, a task per notifee) before a new
-    stream's handler runs, and again at its close: two passes through the scheduler each, on
-    every stream (a store query's, a push's), for callbacks that all do nothing."""
-    if method in ("opened_stream", "closed_stream") and all(
-            getattr(type(n), method, None) in _QUIET_STREAM_CALLBACKS for n in self.notifees):
-        return
-    await _PLAIN_SWARM_NOTIFY(self, method, *args)
-
-
-def fewer_io_calls() -> None:
-    """Buffered TCP reads, half-window yamux updates, yamux frame bodies taken straight from
-    the noise buffer, `QuickLock` for the locks of yamux sessions, yamux streams and TCP
-    streams, and no notifee fan-out for stream events nobody acts on, for every connection of
-    this process (idempotent)."""
-    Swarm._notify = _notify_who_listens  # type: ignore[method-assign]
-    TrioTCPStream._waku_rbuf = b""  # type: ignore[attr-defined]  # per instance once read
-    TrioTCPStream._waku_rpos = 0  # type: ignore[attr-defined]
-    TrioTCPStream.read = _buffered_tcp_read  # type: ignore[method-assign]
-    YamuxStream._auto_tune_and_send_window_update = _window_update_at_half  # type: ignore[method-assign]
-    Yamux._read_data_body = _data_body_from_noise_buffer  # type: ignore[method-assign]
-    Yamux.__init__ = _yamux_init  # type: ignore[method-assign]
-    YamuxStream.__init__ = _yamux_stream_init  # type: ignore[method-assign]
-    TrioTCPStream.__init__ = _tcp_init  # type: ignore[method-assign]
-
-
 def _yamux_conn(host: IHost, peer_id: ID) -> Yamux | None:
     """The yamux session of an open connection to `peer_id`, if there is one."""
     for conn in cast(Swarm, host.get_network()).get_connections(peer_id):
@@ -647,7 +462,7 @@ def _yamux_conn(host: IHost, peer_id: ID) -> Yamux | None:
 async def take_now_or_wait(sem: trio.Semaphore) -> None:
     """Take a trio semaphore at once when it is free, else wait for it: `acquire()` passes
     through the scheduler even when a unit is there (a loop turn of the trio thread). Locks need
-    no such call: `fewer_io_calls` makes the sessions' locks `QuickLock`s."""
+    no such call: `p2p_patches.apply` makes the sessions' locks `QuickLock`s."""
     try:
         sem.acquire_nowait()
     except trio.WouldBlock:
@@ -729,7 +544,8 @@ def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
     muxers are offered in the given order (js-waku speaks mplex only). `tls_server`: the wss
     listener's certificate; `tls_client`: how wss dials verify; `announce`: what identify
     advertises (default: the listen addresses, wildcards expanded); `stream_gate`: caps on inbound
-    streams (the bridge's; clients have none)."""
+    streams (the bridge's; clients have none). py-libp2p as the bridge runs it: `p2p_patches.apply`
+    (the process-wide replacements, this host's auto-connector redials off, the gate)."""
     websocket = any("/ws" in str(a) for a in addrs)
     host = new_host(
         key_pair=key_pair,
@@ -742,11 +558,8 @@ def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
         tls_client_config=tls_client,
         addrs_factory=lambda candidates: advertised(candidates, announce),
     )
-    fewer_io_calls()
     swarm = cast(Swarm, host.get_network())  # py-libp2p's one INetworkService
-    swarm.auto_connector.maybe_connect = _no_auto_dials  # type: ignore[method-assign]  # replaced on purpose
     if tls_server is not None and any(_is_plain_ws(a) for a in addrs):
         swarm.transport_manager.add_transport(PlainWebsocket(swarm.upgrader))
-    if stream_gate is not None:
-        gate_stream_handlers(host, stream_gate)
+    p2p_patches.apply(host, stream_gate.wrap if stream_gate is not None else None)
     return host

@@ -15,9 +15,9 @@ from libp2p.peer.id import ID
 from prometheus_client import CollectorRegistry, Counter
 
 from ingest.framing import FrameReader, close_quietly, frame, peer_of
-from ingest.host import ConnectionNotifee
 from ingest.metadata.codec import MAX_METADATA_BYTES, METADATA_CODEC, decode, request, response
 from ingest.metadata.protocol import NodeShards, keep_peer
+from ingest.p2p_patches import ConnectionNotifee
 from schemas import metadata_pb2 as pb
 
 log = logging.getLogger("ingest.metadata")

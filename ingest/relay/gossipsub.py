@@ -22,15 +22,16 @@ Plain py-libp2p 0.8.1 cannot be a Waku relay node; each shortcoming and its fix 
   reading, so a peer publishing faster than the bridge processes queues up to 16 MiB
   (~14,000 small messages: seconds under load) ahead of the read loop, and go-yamux's
   keepalive ping waits behind it (10 s, then go-libp2p closes the connection):
-  :func:`bound_receive_windows` keeps the process's yamux receive windows at `receive_window`
-  (256 KiB, nim-libp2p's fixed window), so the backlog is the peer's own queue, and each
+  `ingest.p2p_patches.bound_receive_windows` keeps the process's yamux receive windows at
+  `receive_window` (256 KiB, nim-libp2p's fixed window), so the backlog is the peer's own queue, and each
   message is stamped when its frame comes off the stream;
 - it sends its own messages to the mesh (or fanout) only, so a message published right after
   a subscribe misses peers not grafted yet: :meth:`WakuRelayRouter._forward_targets` floods
   our own publishes to every subscribed peer (nim-libp2p's floodPublish, on in nwaku).
 
-Every override names the 0.8.1 behaviour it replaces; ``tests/unit/test_ingest_relay.py``
-pins the version and the source of the replaced methods, so an upgrade fails loudly.
+Every override names the 0.8.1 behaviour it replaces and has its record, with the fingerprint
+of the source it overrides, in `ingest.p2p_patches.REGISTRY` (asserted by
+``tests/unit/test_p2p_patches.py``), so an upgrade fails loudly.
 """
 from __future__ import annotations
 
@@ -56,8 +57,9 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.rpc_queue import RpcQueue
 from libp2p.pubsub.utils import maybe_consume_signed_record
-from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, YamuxStream
+from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE
 
+from ingest import p2p_patches
 from ingest.framing import FrameError, FrameReader
 from ingest.ratelimit import TokenBucket
 from ingest.relay.codec import RELAY_CODECS, Reject, relay_message_id
@@ -65,8 +67,6 @@ from ingest.relay.validator import WakuMessageValidator
 from schemas.waku_message_pb2 import WakuMessage
 
 log = logging.getLogger("ingest.relay")
-
-PINNED_LIBP2P_VERSION = "0.8.1"
 
 # The reference nodes' gossipsub parameters (nwaku on nim-libp2p).
 D = 6
@@ -407,7 +407,7 @@ class RelayPubsub(Pubsub):
         self.out_burst_per_peer = max(1, out_burst_per_peer)
         self._last_stamp = 0.0  # the last receive time handed to the sink
         self.receive_window = receive_window
-        bound_receive_windows(receive_window)
+        p2p_patches.bound_receive_windows(receive_window)
         self._warn_sub = _RateLimitedWarning(log)
 
     # -- joining topics --------------------------------------------------------------------
@@ -533,7 +533,7 @@ class RelayPubsub(Pubsub):
     async def continuously_read_stream(self, stream: INetStream) -> None:
         """Read RPCs through a buffer and process each published message inline, so the
         sink's backpressure reaches the sender (0.8.1 spawns one task per message) through a
-        receive window of at most `receive_window` bytes (:func:`bound_receive_windows`); each
+        receive window of at most `receive_window` bytes (`p2p_patches.bound_receive_windows`); each
         message's receive time is when its frame came off the stream."""
         peer_id = stream.muxed_conn.peer_id
         reader = FrameReader(stream, self.max_inbound_rpc_size, READ_CHUNK)
@@ -626,35 +626,6 @@ class RelayPubsub(Pubsub):
 
 # Receive times of messages that arrived in one read are this far apart (RelayPubsub.push_msg).
 STAMP_STEP_S = 1e-6
-
-_AUTOTUNE = YamuxStream._apply_autotune_epoch  # py-libp2p 0.8.1's
-
-
-def bound_receive_windows(max_bytes: int) -> None:
-    """Keep the yamux receive window of every stream of this process at most `max_bytes` (at
-    least yamux's initial 256 KiB): what a peer may send ahead of our reads. py-libp2p 0.8.1
-    doubles a stream's window (``YamuxStream._apply_autotune_epoch``, up to 16 MiB) whenever a
-    window update follows the last within 4 RTTs, i.e. whenever the reader keeps reading
-    (multistream negotiation alone takes it to 4 MiB), however much slower than the peer sends
-    it reads. The bridge's only bulk inbound data is relay: requests of the other protocols are
-    small, and what it sends is bounded by the peer's window, not this one."""
-    limit = max(max_bytes, DEFAULT_WINDOW_SIZE)
-
-    def bounded(self: YamuxStream, buffered: int) -> int:
-        if self.target_recv_window >= limit:
-            self.epoch_start = trio.current_time()
-            return 0
-        extra = _AUTOTUNE(self, buffered)
-        over = self.target_recv_window - limit
-        if over > 0:
-            cut = min(over, extra)
-            self.target_recv_window = limit
-            self.recv_window -= cut
-            extra -= cut
-        return extra
-
-    YamuxStream._apply_autotune_epoch = bounded  # type: ignore[method-assign]
-
 
 def _message_id(msg: rpc_pb2.Message) -> bytes:
     return relay_message_id(msg.data)

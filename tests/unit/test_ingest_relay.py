@@ -1,12 +1,7 @@
-"""Guards of the py-libp2p adaptation (ingest/relay/gossipsub.py): the pinned version, the source
-of every 0.8.1 method the relay replaces or relies on, and the behaviours the adaptation fixes.
-If a libp2p upgrade fails here, review the named override against the new code, then update
-the fingerprint."""
+"""The behaviours the py-libp2p adaptation of ingest/relay/gossipsub.py fixes, each shown against
+0.8.1's own class where it can be. The pinned version and the fingerprints of the 0.8.1 source
+the relay overrides or relies on: ingest/p2p_patches.py's REGISTRY (tests/unit/test_p2p_patches.py)."""
 from __future__ import annotations
-
-import hashlib
-import importlib.metadata
-import inspect
 
 import pytest
 import trio
@@ -15,63 +10,19 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.mcache import MessageCache
 from libp2p.pubsub.pb import rpc_pb2
-from libp2p.pubsub.pubsub import Pubsub
-from libp2p.pubsub.rpc_queue import PriorityQueue, RpcQueue
+from libp2p.pubsub.rpc_queue import RpcQueue
 
 from ingest.framing import FrameError, FrameReader
 from ingest.host import build_host, listen_addrs
 from ingest.relay import gossipsub as relay
 from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC, RELAY_CODEC, RELAY_CODEC_BETA2, relay_message_id
 from ingest.relay.gossipsub import (
-    PINNED_LIBP2P_VERSION,
     RelayMessageCache,
     RelayObserver,
     RelayPubsub,
     SeenCache,
     WakuRelayRouter,
 )
-
-# sha256 (first 16 hex digits) of inspect.getsource() of each method in libp2p==0.8.1.
-FINGERPRINTS = {
-    "GossipSub.__init__": "aa2c7451de9a63fa",
-    "GossipSub.add_peer": "01b648c9e80b0b5c",
-    "GossipSub.remove_peer": "bc0ead5b37c88dc3",
-    "GossipSub.publish": "b978282af46297f7",
-    "GossipSub._check_equivocation": "4fc307cdaab33ada",
-    "GossipSub._check_spam_protection": "8fc21f9afd7d03c2",
-    "GossipSub._get_adaptive_gossip_peers_count": "9649a5fc46dd311c",
-    "GossipSub._get_peers_to_send": "1d2d334126ca87ec",
-    "GossipSub._handle_dropped_rpc": "c81733f1db845ea1",
-    "GossipSub.heartbeat": "5e68bdb5a65be44f",
-    "GossipSub.gossip_heartbeat": "ee20b04ca5bda2c1",
-    "MessageCache.put": "bb1f483342005e12",
-    "MessageCache.__init__": "5ca688535edaa787",
-    "Pubsub.__init__": "fc7e7f95ffc4b135",
-    "Pubsub.push_msg": "1531483ab4d77674",
-    "Pubsub.publish": "5e875e00e471afb8",
-    "Pubsub.continuously_read_stream": "ac0c4ad87ca39288",
-    "Pubsub.handle_sending_messages": "4eb0b978f9c4b142",
-    "Pubsub.notify_subscriptions": "2fb1385e4bbf3c0a",
-    "Pubsub._handle_new_peer": "305ba4224e6151d7",
-    "RpcQueue.__init__": "29b912ed933ac51f",
-    "PriorityQueue.pop": "55ef546dd5a7ecf4",
-    "PriorityQueue.push": "998c43f9b739a544",
-}
-CLASSES = {"GossipSub": GossipSub, "MessageCache": MessageCache, "Pubsub": Pubsub, "RpcQueue": RpcQueue,
-           "PriorityQueue": PriorityQueue}
-
-
-def test_libp2p_is_the_pinned_version():
-    assert importlib.metadata.version("libp2p") == PINNED_LIBP2P_VERSION, (
-        "ingest/relay/gossipsub.py adapts libp2p 0.8.1; review it against the new version")
-
-
-@pytest.mark.parametrize("name", sorted(FINGERPRINTS))
-def test_replaced_libp2p_code_is_unchanged(name):
-    cls, _, method = name.partition(".")
-    source = inspect.getsource(getattr(CLASSES[cls], method))
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    assert digest == FINGERPRINTS[name], f"libp2p changed {name}: review its override in ingest/relay/gossipsub.py"
 
 
 def test_router_parameters_are_the_reference_nodes():

@@ -1,64 +1,23 @@
-"""The bridge's read path I/O (issue 41, relay read rate): TCP reads through a buffer (one
-syscall for many noise frames) and yamux WINDOW_UPDATEs at half the window (go-yamux's rule),
-both replacing py-libp2p 0.8.1 methods whose source is pinned here; `QuickLock` in place of the
-locks the constructors of yamux sessions, yamux streams and TCP streams make
-(pinned too); and no notifee fan-out for stream events when every notifee's callback is a
-pinned no-op."""
+"""The bridge's read path I/O (issue 41, relay read rate), replacements of py-libp2p 0.8.1 code in
+ingest/p2p_patches.py (their upstream source fingerprinted in its REGISTRY,
+tests/unit/test_p2p_patches.py): TCP reads through a buffer (one syscall for many noise frames)
+and yamux WINDOW_UPDATEs at half the window (go-yamux's rule); `QuickLock` in place of the locks
+the constructors of yamux sessions, yamux streams and TCP streams make; and no notifee fan-out
+for stream events when every notifee's callback is a known no-op."""
 from __future__ import annotations
-
-import hashlib
-import inspect
 
 import multiaddr
 import trio
 import trio.testing
 from libp2p.io.trio import TrioTCPStream
-from libp2p.network.swarm import Swarm
 from libp2p.security.secure_session import SecureSession
-from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, Yamux, YamuxStream
+from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, YamuxStream
 
-from ingest import host
-
-# sha256 (first 16 hex digits) of inspect.getsource() of each replaced method in libp2p==0.8.1.
-FINGERPRINTS = {
-    "TrioTCPStream.read": "c606ac89ec9d0eae",
-    "YamuxStream._auto_tune_and_send_window_update": "6ebcbd822fe7f996",
-    "Yamux._read_data_body": "54cc06c91ba6ee15",
-    # wrapped: their locks replaced
-    "Yamux.__init__": "3b11a2a71ca444ca",
-    "YamuxStream.__init__": "ab24c0709285d573",
-    "TrioTCPStream.__init__": "4222fa993846189e",
-    # wrapped: skipped for stream events when every notifee's callback is one of these no-ops
-    "Swarm._notify": "36afe611751a4cb8",
-    "PubsubNotifee.opened_stream": "b0e08b02576cb4d4",
-    "PubsubNotifee.closed_stream": "21a58180cbef9594",
-    "TagStoreNotifee.opened_stream": "a2478e3d7b583991",
-    "TagStoreNotifee.closed_stream": "8645d788a5abcd8b",
-    "_IdentifyNotifee.opened_stream": "7202a6f0b3faf393",
-    "_IdentifyNotifee.closed_stream": "2ca1ed587438b50a",
-}
+from ingest import p2p_patches
+from ingest.host import build_host
 
 
-def test_replaced_libp2p_io_code_is_unchanged():
-    ours = {host.ConnectionNotifee.opened_stream, host.ConnectionNotifee.closed_stream}
-    quiet = host._QUIET_STREAM_CALLBACKS - ours  # py-libp2p's own
-    assert len(quiet) == 6
-    for fn in (host._PLAIN_TCP_READ, host._PLAIN_WINDOW_UPDATE, host._PLAIN_READ_DATA_BODY,
-               host._PLAIN_YAMUX_INIT, host._PLAIN_YAMUX_STREAM_INIT, host._PLAIN_TCP_INIT,
-               host._PLAIN_SWARM_NOTIFY, *quiet):
-        digest = hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
-        assert digest == FINGERPRINTS[fn.__qualname__], f"libp2p changed {fn.__qualname__}: review ingest/host.py"
-
-
-def test_fewer_io_calls_installs_both():
-    host.fewer_io_calls()
-    assert TrioTCPStream.read is host._buffered_tcp_read
-    assert YamuxStream._auto_tune_and_send_window_update is host._window_update_at_half
-    assert Yamux._read_data_body is host._data_body_from_noise_buffer
-    assert Swarm._notify is host._notify_who_listens
-
-
-class _Quiet(host.ConnectionNotifee):
+class _Quiet(p2p_patches.ConnectionNotifee):
     """Acts on connections only."""
 
     def __init__(self) -> None:
@@ -91,14 +50,14 @@ def test_stream_events_reach_only_a_swarm_with_a_notifee_that_acts_on_them():
         only_quiet = _Swarm(quiet)
         before = trio.lowlevel.current_statistics().tasks_living
         with trio.testing.assert_no_checkpoints():
-            await host._notify_who_listens(only_quiet, "opened_stream", None)
-            await host._notify_who_listens(only_quiet, "closed_stream", None)
+            await p2p_patches._notify_who_listens(only_quiet, "opened_stream", None)
+            await p2p_patches._notify_who_listens(only_quiet, "closed_stream", None)
         assert trio.lowlevel.current_statistics().tasks_living == before
-        await host._notify_who_listens(only_quiet, "connected", None)
+        await p2p_patches._notify_who_listens(only_quiet, "connected", None)
         assert quiet.events == ["connected"]
         both = _Swarm(quiet, loud)
-        await host._notify_who_listens(both, "opened_stream", None)
-        await host._notify_who_listens(both, "closed_stream", None)
+        await p2p_patches._notify_who_listens(both, "opened_stream", None)
+        await p2p_patches._notify_who_listens(both, "closed_stream", None)
         assert loud.events == ["opened_stream"]
 
     trio.run(main)
@@ -112,7 +71,7 @@ def test_the_bridges_own_host_has_only_quiet_stream_callbacks():
     from ingest.metadata.service import _Connected
     from ingest.relay.gossipsub import new_relay
 
-    h = host.build_host(create_new_key_pair(), [multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")])
+    h = build_host(create_new_key_pair(), [multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")])
     new_relay(h)
     network = h.get_network()
     network.register_notifee(_Connected(trio.open_memory_channel(1)[0]))
@@ -120,7 +79,7 @@ def test_the_bridges_own_host_has_only_quiet_stream_callbacks():
     assert {"PubsubNotifee", "TagStoreNotifee", "_IdentifyNotifee", "_Connected"} <= kinds
     for n in network.notifees:
         for method in ("opened_stream", "closed_stream"):
-            assert getattr(type(n), method) in host._QUIET_STREAM_CALLBACKS, (type(n).__name__, method)
+            assert getattr(type(n), method) in p2p_patches._QUIET_STREAM_CALLBACKS, (type(n).__name__, method)
 
 
 class _Socket:
@@ -137,7 +96,7 @@ class _Socket:
 
 
 def test_buffered_reads_serve_exact_sizes_from_one_socket_read():
-    host.fewer_io_calls()
+    p2p_patches.apply()
     data = bytes(range(256)) * 40  # 10,240 bytes in two socket chunks
     sock = _Socket([data[:6000], data[6000:]])
     stream = TrioTCPStream(sock)  # type: ignore[arg-type]
@@ -151,12 +110,12 @@ def test_buffered_reads_serve_exact_sizes_from_one_socket_read():
     parts = trio.run(main)
     assert [len(p) for p in parts] == [2, 1000, 4998, 2998, 100, 1142, 0]
     assert b"".join(parts) == data
-    assert sock.calls == [host.TCP_READ_BYTES] * 3  # two chunks and the end, whatever n asked
-    assert stream.read.__func__ is host._buffered_tcp_read  # type: ignore[attr-defined]
+    assert sock.calls == [p2p_patches.TCP_READ_BYTES] * 3  # two chunks and the end, whatever n asked
+    assert stream.read.__func__ is p2p_patches._buffered_tcp_read  # type: ignore[attr-defined]
 
 
 def test_read_of_zero_bytes_reads_nothing():
-    host.fewer_io_calls()
+    p2p_patches.apply()
     sock = _Socket([b"abc"])
     stream = TrioTCPStream(sock)  # type: ignore[arg-type]
     assert trio.run(stream.read, 0) == b""
@@ -196,7 +155,7 @@ def test_window_update_only_once_half_the_window_is_consumed():
     async def main() -> None:
         for _ in range(1000):
             s.recv_window -= 1024  # a 1 KiB frame arrived ...
-            await host._window_update_at_half(s, bytes_read=1024)  # type: ignore[arg-type]  # ... and was read
+            await p2p_patches._window_update_at_half(s, bytes_read=1024)  # type: ignore[arg-type]  # ... and was read
             assert 0 < s.recv_window <= s.target_recv_window
 
     trio.run(main)
@@ -210,10 +169,10 @@ def test_window_update_counts_what_is_buffered_unread():
 
     async def main() -> None:
         s.conn.stream_buffers[1] += b"x" * (DEFAULT_WINDOW_SIZE // 2 + 1)
-        await host._window_update_at_half(s, bytes_read=0)  # type: ignore[arg-type]
+        await p2p_patches._window_update_at_half(s, bytes_read=0)  # type: ignore[arg-type]
         assert s.sent == []
         del s.conn.stream_buffers[1][:2]
-        await host._window_update_at_half(s, bytes_read=2)  # type: ignore[arg-type]
+        await p2p_patches._window_update_at_half(s, bytes_read=2)  # type: ignore[arg-type]
 
     trio.run(main)
     assert s.sent == [DEFAULT_WINDOW_SIZE // 2 + 1]
@@ -239,31 +198,31 @@ def test_frame_body_in_the_noise_buffer_is_taken_without_reading():
 
     async def main() -> list[bytes]:
         header = await session.read(12)
-        first = await host._data_body_from_noise_buffer(_Mux(), 4)  # type: ignore[arg-type]
-        second = await host._data_body_from_noise_buffer(_Mux(), 4)  # type: ignore[arg-type]
+        first = await p2p_patches._data_body_from_noise_buffer(_Mux(), 4)  # type: ignore[arg-type]
+        second = await p2p_patches._data_body_from_noise_buffer(_Mux(), 4)  # type: ignore[arg-type]
         return [header, first, second]
 
     assert trio.run(main) == [b"H" * 12, b"body", b"more"]
 
 
 def test_quick_locks_replace_the_per_frame_locks():
-    host.fewer_io_calls()
+    p2p_patches.apply()
     tcp = TrioTCPStream(_Socket([]))  # type: ignore[arg-type]
-    assert isinstance(tcp.read_lock, host.QuickLock) and isinstance(tcp.write_lock, host.QuickLock)
+    assert isinstance(tcp.read_lock, p2p_patches.QuickLock) and isinstance(tcp.write_lock, p2p_patches.QuickLock)
 
 
 def test_a_free_quick_lock_is_taken_without_yielding_and_a_held_one_is_waited_for():
     order: list[str] = []
 
     async def main() -> None:
-        lock = host.QuickLock()
+        lock = p2p_patches.QuickLock()
 
         async def other() -> None:
             order.append("other ran")
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(other)  # runs at main's next pass through the scheduler
-            host._quick_takes = 1  # the next take is not a yielding one
+            p2p_patches._quick_takes = 1  # the next take is not a yielding one
             async with lock:
                 order.append("took")
         async with trio.open_nursery() as nursery:
@@ -294,11 +253,11 @@ def test_every_sixteenth_free_take_yields():
                 ran += 1
                 await trio.lowlevel.checkpoint()
 
-        lock = host.QuickLock()
+        lock = p2p_patches.QuickLock()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(other)
-            host._quick_takes = 0
-            for _ in range(host.QUICK_YIELD_EVERY * 4):
+            p2p_patches._quick_takes = 0
+            for _ in range(p2p_patches.QUICK_YIELD_EVERY * 4):
                 await lock.acquire()
                 lock.release()
             seen = ran
