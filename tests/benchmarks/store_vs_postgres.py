@@ -410,27 +410,47 @@ class Theirs:
 
 
 def with_background(side, seconds: float, rate: float, action) -> tuple[dict, dict]:
-    """`side`'s clients page open loop at `rate` for `seconds` while `action()` runs in this
-    process from a third of the way in; its wall-clock window splits the pages into before /
-    during / after."""
+    """`side`'s clients page open loop at `rate`: a round of `seconds` before `action()` starts
+    (in a thread of this process), rounds of `seconds` for as long as it runs, and a round after
+    it ended; each page falls in before / during / after by when it was due against the action's
+    wall-clock window. The rounds' pages together make the run's figures."""
     import threading
 
     window: dict = {}
 
-    def later() -> None:
-        time.sleep(seconds / 3)
+    def act() -> None:
         window["start"] = time.time()
-        window["outcome"] = action()
-        window["end"] = time.time()
+        try:
+            window["outcome"] = action()
+        finally:
+            window["end"] = time.time()
 
-    t = threading.Thread(target=later)
+    results: list[dict] = []
+    cpu_ms: list[float] = []
+    walls: list[float] = []
+
+    def one_round() -> None:
+        run, got = side.run(seconds, rate, times=True)
+        results.extend(got)
+        cpu_ms.append(run["server_cpu_ms_per_page"] * run["pages"])
+        walls.append(run["seconds"])
+
+    one_round()  # before
+    t = threading.Thread(target=act)
     t.start()
-    run, results = side.run(seconds, rate, times=True)
+    one_round()
+    while t.is_alive():
+        one_round()
     t.join()
-    run["phases"] = phases(results, (window["start"], window["end"]))
-    run["action_s"] = round(window["end"] - window["start"], 1)
-    run["action"] = window["outcome"]
-    return run, window
+    one_round()  # after
+    rounds = len(walls)
+    merged = [{**r, "elapsed": sum(walls)} for r in results]
+    total = summarize(rate, merged, sum(cpu_ms) / 1000)
+    total["rounds"] = rounds
+    total["phases"] = phases(results, (window["start"], window["end"]))
+    total["action_s"] = round(window["end"] - window["start"], 1)
+    total["action"] = window.get("outcome")
+    return total, window
 
 
 # --- the rows -------------------------------------------------------------------------------
@@ -717,7 +737,7 @@ def retention(ours: Ours, theirs: Theirs, pg, table: str, workdir: Path, seconds
         return {"seconds": round(time.monotonic() - t0, 1), "report": done.stdout.strip().splitlines()[-3:]}
 
     log(f"our maintain under {rate:.0f} pages/s")
-    run, _ = with_background(ours, max(seconds, 90.0), rate, maintain)
+    run, _ = with_background(ours, seconds, rate, maintain)
     run.update(rows_before=rows_before, rows_after=delta_rows(table), bytes_before=bytes_before,
                live_bytes_before=live_before, live_bytes_after=live_bytes(table), bytes_after=dir_bytes(table),
                p99_ratio=ratio(run["phases"]["during"]["p99_ms"], run["phases"]["before"]["p99_ms"]))
