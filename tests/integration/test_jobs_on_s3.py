@@ -138,9 +138,11 @@ def test_subscriptions_and_filter_jobs_push_from_tables_on_s3(spark_on_s3, kafka
 
 
 def test_store_job_and_maintain_commit_beside_each_other_on_s3(spark_on_s3, kafka, s3, tmp_path):
-    """The store job appends on s3a:// while maintain (the entry point, as spark-submit runs it)
-    deletes from and compacts the same tables (then, the job stopped, vacuums them): both commit
-    through the conditional log store; every valid message is stored once. job_metrics holds both
+    """The store job appends on s3a:// (small batches by delta-rs, as on a local disk) while
+    maintain (the entry point, as spark-submit runs it, Spark's Delta) deletes from and compacts
+    the same tables (then, the job stopped, vacuums them): both commit by S3's conditional PUT
+    (delta-rs by itself, Spark through the conditional log store); every valid message is stored
+    once. job_metrics holds both
     jobs' rows on S3 and the dashboard reads them (and the row counts) with the warehouse's S3
     settings."""
     from deltalake import DeltaTable as RsTable
@@ -181,11 +183,14 @@ def test_store_job_and_maintain_commit_beside_each_other_on_s3(spark_on_s3, kafk
         query.stop()
     run_available_now(spark, cfg, metrics)
     metrics.flush()
-    assert metrics.appended_by == "spark"  # an object store: Spark's Delta appends job_metrics
+    assert metrics.appended_by == "delta-rs"  # as on a local disk: delta-rs appends (S3's conditional PUT)
     metrics.stop()
     assert_store_matches(spark, cfg, gen)
-    ops = [r.operation for r in spark.sql(f"DESCRIBE HISTORY delta.`{messages}`").collect()]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{messages}`").collect()
+    ops = [r.operation for r in history]
     assert "OPTIMIZE" in ops and "WRITE" in ops, ops  # the job's appends (VACUUM is logged only on local paths)
+    engines = {(r.engineInfo or "").split("/")[0] for r in history if r.operation == "WRITE"}
+    assert any("delta-rs" in e for e in engines), engines  # the 400-record batches: delta-rs's appends
     # With the job stopped, a vacuum keeping nothing removes the compacted-away files from S3.
     def objects() -> int:
         return len(s3.settings.arrow_filesystem().get_file_info(FileSelector(messages.split("://", 1)[1],
