@@ -110,7 +110,12 @@ class Bridge:
         response = handle(peer, request, self.view)
         out = []
         late = [c for c in response.events if c.op != pr.REFRESH]
-        for change in late:
+        for change in response.events:
+            if change.op == pr.REFRESH:  # best effort, never answered 503 (a 404 UNSUBSCRIBE's)
+                out.append(self.event(peer, change, now))
+                self.view.apply(peer, change, now)
+                self.view.mark_reachable(peer, True, now)
+                continue
             before = self.view.snapshot(peer)
             self.view.apply(peer, change, now)
             out.append(self.event(peer, change, now))  # Kafka has it, the bridge does not know

@@ -43,7 +43,7 @@ class Criterion:
 @dataclass
 class PeerState:
     criteria: dict[tuple[str, str], Criterion] = field(default_factory=dict)
-    refreshed: float = 0.0                 # last SUBSCRIBE / PING
+    refreshed: float = 0.0                 # last SUBSCRIBE / PING / UNSUBSCRIBE
     unreachable_since: float | None = None  # set by the pusher while pushes fail / no connection
 
 
@@ -155,7 +155,9 @@ class SubscriptionView:
             return NOT_FOUND, "peer has no subscriptions"
         return OK, ""
 
-    def unsubscribe(self, peer: str, pubsub_topic: str, content_topics: Iterable[str]) -> None:
+    def unsubscribe(self, peer: str, pubsub_topic: str, content_topics: Iterable[str], now: float) -> None:
+        """Removes the criteria and refreshes the peer's others, as nwaku's removeSubscription
+        (waku_filter_v2/subscriptions.nim: `lastSeen`) does; a peer left without criteria is gone."""
         state = self.peers.get(peer)
         if state is None:
             return
@@ -163,6 +165,8 @@ class SubscriptionView:
             state.criteria.pop((pubsub_topic, ct), None)
         if not state.criteria:
             del self.peers[peer]
+        else:
+            state.refreshed = now
 
     def remove_peer(self, peer: str) -> bool:
         """UNSUBSCRIBE_ALL / expiry: True when the peer had subscriptions."""
@@ -198,7 +202,7 @@ class SubscriptionView:
             self.subscribe(peer, change.pubsub_topic or "", change.content_topics, now, change.protocol,
                            change.request_id)
         elif op == pr.UNSUBSCRIBE:
-            self.unsubscribe(peer, change.pubsub_topic or "", change.content_topics)
+            self.unsubscribe(peer, change.pubsub_topic or "", change.content_topics, now)
         elif op in (pr.UNSUBSCRIBE_ALL, pr.EXPIRE):
             self.remove_peer(peer)
         elif op == pr.REFRESH:

@@ -6,10 +6,10 @@ The rules, in this order:
 
 1. a BRIDGE_RESTART at time R removes the bridge's rows last refreshed before R, and the batch's
    events of that bridge older than R;
-2. per (peer, bridge): the last UNSUBSCRIBE_ALL / EXPIRE removes every row; a REFRESH or a
-   SUBSCRIBE after it raises the `last_refresh` of every row of the peer (never lowers it): the
-   TTL is the peer's, as the bridge and nwaku keep it (a peer that subscribes to one more content
-   topic keeps the others);
+2. per (peer, bridge): the last UNSUBSCRIBE_ALL / EXPIRE removes every row; a REFRESH, a
+   SUBSCRIBE or an UNSUBSCRIBE after it raises the `last_refresh` of every row of the peer (never
+   lowers it): the TTL is the peer's, as the bridge and nwaku keep it (a peer that subscribes to
+   one more content topic, or unsubscribes from one, keeps the others);
 3. per criterion: the last SUBSCRIBE / UNSUBSCRIBE after the peer's last reset upserts
    (`last_refresh` = the later of the event and the peer's refresh; `subscribed_time` kept,
    or the event's for a new row) or deletes the row.
@@ -28,9 +28,10 @@ from google.protobuf.message import DecodeError
 from schemas import pipeline_records_pb2 as pr
 
 RESET_OPS = ("UNSUBSCRIBE_ALL", "EXPIRE")
-# A SUBSCRIBE refreshes the peer as a PING does: the bridge (ingest/filter/state.py) and nwaku
-# (waku_filter_v2/subscriptions.nim addSubscription: lastSeen) keep one refresh time per peer.
-REFRESH_OPS = ("REFRESH", "SUBSCRIBE")
+# A SUBSCRIBE and an UNSUBSCRIBE refresh the peer as a PING does: the bridge
+# (ingest/filter/state.py) and nwaku (waku_filter_v2/subscriptions.nim addSubscription and
+# removeSubscription: lastSeen) keep one refresh time per peer.
+REFRESH_OPS = ("REFRESH", "SUBSCRIBE", "UNSUBSCRIBE")
 RESTART_PEER = "*"  # BRIDGE_RESTART records name no peer
 
 Key = tuple[str, str, str, str]  # (peer_id, bridge_id, pubsub_topic, content_topic)

@@ -44,7 +44,7 @@ def test_invalid_records_are_skipped():
 
 def test_subscribe_then_unsubscribe_in_kafka_order():
     assert fold([], ev("p", S, ["a", "b"], 100), ev("p", U, ["b"], 101), ev("q", U, ["a"], 101)) == {
-        ("p", "B", "a"): (100.0, 100.0, "r")}
+        ("p", "B", "a"): (101.0, 100.0, "r")}  # the UNSUBSCRIBE refreshed what p keeps
 
 
 def test_a_resubscribe_keeps_subscribed_time_and_never_lowers_last_refresh():
@@ -70,6 +70,21 @@ def test_a_subscribe_refreshes_the_peers_other_rows_as_a_ping_does():
     got = fold([row("p", "a", 90.0), row("p", "b", 200.0), row("q", "a", 90.0)], ev("p", S, ["c"], 150))
     assert got == {("p", "B", "a"): (150.0, 50.0, "old"), ("p", "B", "b"): (200.0, 50.0, "old"),
                    ("p", "B", "c"): (150.0, 150.0, "r"), ("q", "B", "a"): (90.0, 50.0, "old")}
+
+
+def test_an_unsubscribe_refreshes_the_peers_remaining_rows():
+    """nwaku's removeSubscription sets the peer's lastSeen (waku_filter_v2/subscriptions.nim), and
+    so does the bridge's view: a peer that only unsubscribes keeps the rest of its subscription."""
+    current = [row("p", "a", 90.0), row("p", "b", 90.0), row("p", "c", 200.0), row("q", "a", 90.0),
+               row("p", "a", 90.0, bridge="C")]
+    got = fold(current, ev("p", U, ["b"], 150))
+    assert got == {("p", "B", "a"): (150.0, 50.0, "old"), ("p", "B", "c"): (200.0, 50.0, "old"),
+                   ("q", "B", "a"): (90.0, 50.0, "old"), ("p", "C", "a"): (90.0, 50.0, "old")}
+    # of a content topic the peer does not hold: the others are refreshed all the same
+    assert fold([row("p", "a", 90.0)], ev("p", U, ["zzz"], 150)) == {("p", "B", "a"): (150.0, 50.0, "old")}
+    # an UNSUBSCRIBE before the peer's reset refreshes nothing after it
+    assert fold([row("p", "a", 90.0)], ev("p", U, ["b"], 150), ev("p", ALL, t=151), ev("p", S, ["c"], 152)) == {
+        ("p", "B", "c"): (152.0, 152.0, "r")}
 
 
 def test_a_bridge_restart_drops_what_its_earlier_run_left():

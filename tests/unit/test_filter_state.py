@@ -44,12 +44,45 @@ def test_subscribe_unsubscribe_ping_state():
     assert v.wanted("p", PT, "a").request_id == "r1"
     assert v.wanted("p", PT, "c") is None and v.wanted("q", PT, "a") is None
     assert v.can_unsubscribe("p", PT, ["zzz"])[0] == 404
-    v.unsubscribe("p", PT, ["a"])
+    v.unsubscribe("p", PT, ["a"], 2.5)
     assert v.wanted("p", PT, "a") is None and v.has("p")
-    v.unsubscribe("p", PT, ["b"])
+    v.unsubscribe("p", PT, ["b"], 2.6)
     assert not v.has("p") and "p" not in v.peers
     v.subscribe("p", PT, ["a"], 3.0)
     assert v.remove_peer("p") and not v.remove_peer("p")
+
+
+def test_an_unsubscribe_refreshes_the_peers_other_criteria():
+    """nwaku's removeSubscription sets lastSeen (waku_filter_v2/subscriptions.nim): a peer that
+    only unsubscribes, and never pings, does not expire a TTL after its SUBSCRIBE."""
+    v = view(ttl_s=10)
+    v.subscribe("p", PT, ["a", "b", "c"], 0.0)
+    v.apply("p", Change(pr.UNSUBSCRIBE, PT, ("a",)), 8.0)
+    assert v.peers["p"].refreshed == 8.0 and v.expired(15.0) == [] and v.expired(18.5) == ["p"]
+    v.apply("p", Change(pr.UNSUBSCRIBE, PT, ("b", "c")), 9.0)  # the last ones: the peer is gone
+    assert "p" not in v.peers and v.expired(30.0) == []
+
+
+def test_an_unsubscribe_refreshes_as_nwaku_does_whatever_it_answers():
+    """The request core: an UNSUBSCRIBE answered 200 records the UNSUBSCRIBE (which refreshes); one
+    of criteria the peer does not hold is answered 404 and, the peer being subscribed, records a
+    REFRESH (nwaku sets lastSeen before it finds the criterion missing); without subscriptions,
+    or malformed (400, checked before nwaku's removeSubscription), nothing."""
+    Req = fv2.FilterSubscribeRequest
+    v = view(ttl_s=10)
+    nothing = protocol.Response(404, "peer has no subscriptions")
+    assert protocol.handle("p", _v2(Req.UNSUBSCRIBE, cts=("a",)), v) == nothing
+    v.subscribe("p", PT, ["a", "b"], 0.0)
+    r = protocol.handle("p", _v2(Req.UNSUBSCRIBE, cts=("zzz",)), v)
+    assert (r.code, r.events) == (404, (Change(pr.REFRESH),))
+    v.apply("p", r.events[0], 6.0)
+    assert v.peers["p"].refreshed == 6.0
+    assert protocol.handle("p", _v2(Req.UNSUBSCRIBE, topic=None), v).events == ()
+    assert protocol.handle("p", _v2(Req.UNSUBSCRIBE, cts=()), v).events == ()
+    r = protocol.handle("p", _v2(Req.UNSUBSCRIBE, cts=("a",)), v)
+    assert (r.code, r.events) == (200, (Change(pr.UNSUBSCRIBE, PT, ("a",), "r", "v2"),))
+    v.apply("p", r.events[0], 7.0)
+    assert v.peers["p"].refreshed == 7.0 and v.expired(16.0) == []
 
 
 def test_limits_peers_and_criteria():

@@ -50,8 +50,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * forms are compared step by step by tests/filter_twins.py and CriteriaIndexTwinsTest):
  * SUBSCRIBE upserts the peer's criteria at its bridge (time = the later of the old and the event
  * time) and refreshes the peer as a REFRESH does (the TTL is the peer's: the bridge's view and
- * nwaku keep one refresh time per peer); UNSUBSCRIBE deletes them; UNSUBSCRIBE_ALL and EXPIRE delete all the peer's criteria at
- * that bridge; REFRESH raises the peer's refresh time; BRIDGE_RESTART (peer "*") deletes the
+ * nwaku keep one refresh time per peer); UNSUBSCRIBE deletes them and refreshes the peer's others
+ * (nwaku's removeSubscription sets {@code lastSeen} too); UNSUBSCRIBE_ALL and EXPIRE delete all the
+ * peer's criteria at that bridge; REFRESH raises the peer's refresh time; BRIDGE_RESTART (peer "*") deletes the
  * bridge's criteria last refreshed before its time (and an event of that bridge older than its
  * latest restart, read later from another partition, is ignored). A criterion is live while
  * max(its time, its peer's refresh) is within the TTL. Events without peer or bridge, or a
@@ -427,6 +428,9 @@ public final class CriteriaIndex {
             remove(p, pubsub, c);
           }
           dropIfEmpty(p);
+          if (time > p.refresh) {
+            p.refresh = time;  // the peer's remaining criteria are refreshed (nwaku's removeSubscription)
+          }
         }
         break;
       }

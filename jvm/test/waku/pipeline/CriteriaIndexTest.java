@@ -174,6 +174,25 @@ class CriteriaIndexTest {
   }
 
   @Test
+  void anUnsubscribeRefreshesThePeersRemainingCriteria() throws IOException {
+    // nwaku's removeSubscription sets lastSeen (waku_filter_v2/subscriptions.nim), as the bridge does
+    CriteriaIndex idx = index();
+    double t = now();
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_SUBSCRIBE, t - TTL + 5, "/a", "/b", "/c"));
+    idx.applyEvent(event("p2", "b1", CriteriaIndex.OP_SUBSCRIBE, t - TTL + 5, "/a"));
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_UNSUBSCRIBE, t - 10, "/b"));
+    assertEquals(List.of("p1\tb1\t" + TOPIC + "\t/a\tv2\treq-p1", "p1\tb1\t" + TOPIC + "\t/c\tv2\treq-p1"),
+        idx.liveAt(t + 30));  // p2 was not refreshed: not live any more
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_UNSUBSCRIBE, t - 5, "/never"));  // held nowhere: refreshes too
+    assertEquals(2, idx.liveAt(t + TTL - 6).size());
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_UNSUBSCRIBE, t - 300 * TTL, "/c"));  // an older one lowers nothing
+    assertEquals(List.of("p1\tb1\t" + TOPIC + "\t/a\tv2\treq-p1"), idx.liveAt(t + TTL - 6));
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_UNSUBSCRIBE, t, "/a"));  // the last: the peer is gone
+    assertEquals(List.of(), idx.liveAt(t + 30));
+    assertEquals(1, idx.rows().size());  // p2's /a
+  }
+
+  @Test
   void aBridgeRestartRemovesItsCriteriaLastRefreshedBefore() throws IOException {
     CriteriaIndex idx = index();
     double t = now();
