@@ -181,6 +181,15 @@ class SubscriptionView:
         state.refreshed = now
         return True
 
+    def recorded_late(self, peer: str, at: float) -> None:
+        """A change of `peer` made at `at`, answered 503 and undone here, reached Kafka after
+        all: the subscriptions job and the index refreshed the peer then (its undo, stamped `at`
+        too, cannot lower that), so the view takes that refresh as well: one refresh time in the
+        three (tests/filter_twins.py found the table keeping a peer the bridge had expired)."""
+        state = self.peers.get(peer)
+        if state is not None and state.criteria:
+            state.refreshed = max(state.refreshed, at)
+
     def snapshot(self, peer: str) -> PeerState | None:
         """A copy of the peer's state (to restore when a change cannot be recorded)."""
         state = self.peers.get(peer)
@@ -220,6 +229,12 @@ class SubscriptionView:
         """Peers whose criteria were not refreshed within the TTL (not removed here)."""
         cutoff = now - self.limits.ttl_s
         return [p for p, s in self.peers.items() if s.refreshed < cutoff]
+
+    def stale(self, peer: str, now: float) -> bool:
+        """Whether `peer` is one of `expired(now)`: a request that comes before the sweep expired
+        it finds it expired (the subscriptions job and the index find it so at that time)."""
+        state = self.peers.get(peer)
+        return state is not None and state.refreshed < now - self.limits.ttl_s
 
     def unreachable(self, now: float, timeout_s: float) -> list[str]:
         """Peers that could not be pushed to for `timeout_s` and did not ping or subscribe in

@@ -85,6 +85,21 @@ def test_an_unsubscribe_refreshes_as_nwaku_does_whatever_it_answers():
     assert v.peers["p"].refreshed == 7.0 and v.expired(16.0) == []
 
 
+def test_a_peer_past_the_ttl_is_stale_before_the_sweep_expires_it():
+    """FilterService.serve expires a stale peer before it handles its request: what the
+    subscriptions job and the index find at that time (a SUBSCRIBE of a peer last refreshed before
+    t - TTL starts it afresh there), the boundary as `expired`'s."""
+    v = view(ttl_s=10)
+    v.subscribe("p", PT, ["a"], 0.0)
+    assert not v.stale("p", 10.0) and v.stale("p", 10.5) and v.expired(10.5) == ["p"]
+    assert not v.stale("q", 100.0)
+    v.recorded_late("p", 5.0)  # a change made at 5, answered 503, reached Kafka after all
+    assert v.peers["p"].refreshed == 5.0 and not v.stale("p", 15.0)
+    v.recorded_late("p", 1.0)  # never lowers it
+    v.recorded_late("q", 1.0)  # nothing held: nothing
+    assert v.peers["p"].refreshed == 5.0 and "q" not in v.peers
+
+
 def test_limits_peers_and_criteria():
     v = view(max_peers=2, max_criteria_per_peer=3)
     v.subscribe("p1", PT, ["a", "b"], 0.0)
