@@ -47,7 +47,8 @@ def test_subscriptions_merge_in_peer_order_idempotent_and_expiring(spark, tmp_pa
         b"\xff\xffnot an event",
     ])
     apply_batch(batch1, subs, TTL_S)
-    want = {("p1", "a"): ("B1", 100.0, "r"), ("p1", "b"): ("B1", 102.0, "r2"), ("p1", "c"): ("B1", 100.0, "r"),
+    # p1's SUBSCRIBE at 102 (and its UNSUBSCRIBE at 101) refreshed its other rows: one refresh per peer
+    want = {("p1", "a"): ("B1", 102.0, "r"), ("p1", "b"): ("B1", 102.0, "r2"), ("p1", "c"): ("B1", 102.0, "r"),
             ("p2", "z"): ("B1", 103.0, "r"), ("p4", "a"): ("B1", 150.0, "r")}
     assert table(spark, path) == want
     apply_batch(batch1, subs, TTL_S)                     # a replayed batch changes nothing
