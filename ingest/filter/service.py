@@ -239,7 +239,7 @@ class FilterService:
             if self.view.stale(peer, now):
                 # Past the TTL, the sweep not there yet: expired first, as the subscriptions job and
                 # the index find it at this time (a SUBSCRIBE starts it afresh, a PING is 404).
-                await self._expire_held(peer, "ttl")
+                await self._expire_held(peer, "ttl", now)
             relayed = None
             if self.settings.refuse_unrelayed_topics:
                 relayed = self.relayed() if self.relayed is not None else (self.settings.relayed_topics or None)
@@ -326,14 +326,14 @@ class FilterService:
         async with self._lock(peer):
             await self._expire_held(peer, reason)
 
-    async def _expire_held(self, peer: str, reason: str) -> None:
-        """`_expire` with the peer's lock held."""
+    async def _expire_held(self, peer: str, reason: str, now: float | None = None) -> None:
+        """`_expire` with the peer's lock held (`now`: the EXPIRE's time, default the clock's)."""
         if not self.view.remove_peer(peer):
             return
         self.peer_changed(peer)
         self.metrics.expired.labels(reason).inc()
         log.info("filter: subscriptions of %s expired (%s)", peer, reason)
-        await self.emit(peer, Change(pr.EXPIRE, request_id=reason))
+        await self.emit(peer, Change(pr.EXPIRE, request_id=reason), now=now)
 
     async def _sweep(self) -> None:
         s = self.settings

@@ -269,3 +269,36 @@ def test_a_restarted_bridge_does_not_push_what_was_received_before_it_started():
     assert svc.push_stats.outcomes["before_start"] == 1
     svc._deliver([within_margin, fresh, unknown])       # the three went on to the peer's pusher
     assert svc.push_stats.outcomes["duplicate"] == 3
+
+
+def test_the_service_expires_a_stale_peer_before_it_serves_it():
+    """A request of a peer past the TTL that comes before the sweep finds it expired (an EXPIRE
+    recorded first): a PING is 404, as nwaku's isSubscribed answers; a SUBSCRIBE starts it afresh
+    (the subscriptions job and the index find its old criteria expired at that time too). Each
+    event is stamped with the time the view applied it at."""
+    from types import SimpleNamespace
+
+    import trio
+
+    from ingest.filter.service import FilterService
+
+    service = FilterService(SimpleNamespace(), "b", FilterSettings(), bootstrap_servers="unused:1")  # type: ignore[arg-type]
+    sent: list[tuple[int, float | None]] = []
+
+    async def emit(peer, change, acked=False, on_late_ack=None, now=None):
+        sent.append((change.op, now))
+        return True
+
+    service.emit = emit  # type: ignore[method-assign]  # Kafka: acknowledged at once
+    Req = fv2.FilterSubscribeRequest
+    assert trio.run(service.serve, "p", _v2(Req.SUBSCRIBE, cts=("a", "b")))[0] == 200
+    at = service.view.peers["p"].refreshed
+    assert sent == [(pr.SUBSCRIBE, at)]
+    assert trio.run(service.serve, "p", _v2(Req.SUBSCRIBER_PING, None, ()))[0] == 200
+    service.view.peers["p"].refreshed -= service.view.limits.ttl_s + 1  # the sweep has not run yet
+    assert trio.run(service.serve, "p", _v2(Req.SUBSCRIBER_PING, None, ()))[0] == 404
+    assert [op for op, _ in sent] == [pr.SUBSCRIBE, pr.REFRESH, pr.EXPIRE] and "p" not in service.view.peers
+    service.view.subscribe("p", PT, ["a", "b"], 0.0)  # past the TTL again
+    assert trio.run(service.serve, "p", _v2(Req.SUBSCRIBE, cts=("c",)))[0] == 200
+    assert [op for op, _ in sent[3:]] == [pr.EXPIRE, pr.SUBSCRIBE] and sent[3][1] == sent[4][1]
+    assert set(service.view.peers["p"].criteria) == {(PT, "c")}
