@@ -101,7 +101,10 @@ def handle(peer: str, request: FilterRequest, view: SubscriptionView,
             return Response(code, detail)
         code, detail = view.can_unsubscribe(peer, topic, cts)
         if code != OK:
-            return Response(code, detail)
+            # nwaku's removeSubscription refreshes a subscribed peer (`lastSeen`) before it finds
+            # a criterion not held and answers NOT_FOUND: so does this one (a REFRESH).
+            return Response(code, detail, events=(Change(pr.REFRESH),) if code == NOT_FOUND and view.has(peer) else ())
+        # The UNSUBSCRIBE refreshes the peer's other criteria (SubscriptionView.unsubscribe).
         return Response(OK, events=(Change(pr.UNSUBSCRIBE, topic, cts, request.request_id, request.protocol),))
     if kind == UNSUBSCRIBE_ALL:
         if not view.has(peer):

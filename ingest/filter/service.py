@@ -236,6 +236,10 @@ class FilterService:
             now = time.time()
             if self.view.rate_limited(peer, now):
                 return TOO_MANY_REQUESTS, RATE_LIMITED  # nwaku's statusDesc (waku_filter_v2/protocol.nim)
+            if self.view.stale(peer, now):
+                # Past the TTL, the sweep not there yet: expired first, as the subscriptions job and
+                # the index find it at this time (a SUBSCRIBE starts it afresh, a PING is 404).
+                await self._expire_held(peer, "ttl", now)
             relayed = None
             if self.settings.refuse_unrelayed_topics:
                 relayed = self.relayed() if self.relayed is not None else (self.settings.relayed_topics or None)
@@ -243,15 +247,15 @@ class FilterService:
             for change in response.events:
                 if change.op == pr.REFRESH:
                     # Best effort: the next ping refreshes again. It answers: reachable.
-                    await self.emit(peer, change)
+                    await self.emit(peer, change, now=now)
                     self.view.apply(peer, change, now)
                     self._push_failing.discard(peer)
                     self.view.mark_reachable(peer, True, now)
                     continue
                 before = self.view.snapshot(peer)
                 self.view.apply(peer, change, now)  # at once, so limits count it meanwhile
-                if not await self.emit(peer, change, acked=True,
-                                       on_late_ack=functools.partial(self._late_ack, peer, change)):
+                if not await self.emit(peer, change, acked=True, now=now,
+                                       on_late_ack=functools.partial(self._late_ack, peer, change, now)):
                     self.view.restore(peer, before)
                     self.metrics.requests.labels("unrecorded", str(SERVICE_UNAVAILABLE)).inc()
                     return SERVICE_UNAVAILABLE, response.unrecorded
@@ -270,31 +274,36 @@ class FilterService:
             log.warning("filter: Kafka did not acknowledge the restart record; retrying")
             await trio.sleep(1.0)
 
-    def _late_ack(self, peer: str, change: Change) -> None:
-        """Kafka acknowledged a change after all that the bridge answered 503 and undid: record
-        the changes that undo it (`undo_late_change`), so that the subscriptions table holds
-        what the bridge answered."""
+    def _late_ack(self, peer: str, change: Change, at: float) -> None:
+        """Kafka acknowledged a change (made at `at`) after all that the bridge answered 503 and
+        undid: record the changes that undo it (`undo_late_change`), so that the subscriptions
+        table holds what the bridge answered."""
         if self._nursery is None:
             log.warning("filter: a refused change of %s reached Kafka late while stopping; not undone", peer)
             return
-        self._nursery.start_soon(self._undo_late, peer, change)
+        self._nursery.start_soon(self._undo_late, peer, change, at)
 
-    async def _undo_late(self, peer: str, change: Change) -> None:
+    async def _undo_late(self, peer: str, change: Change, at: float) -> None:
         async with self._lock(peer):
+            # The recorded change refreshed the peer at `at`: the view too; the undo is stamped
+            # `at` as well, so it refreshes nothing later than that.
+            self.view.recorded_late(peer, at)
             undo = undo_late_change(change, self.view.snapshot(peer))
             for c in undo:
-                await self.emit(peer, c)
+                await self.emit(peer, c, now=at)
             self.metrics.late_undone.inc()
             log.info("filter: a change of %s answered 503 reached Kafka late; undone with %d records",
                      peer, len(undo))
 
     async def emit(self, peer: str, change: Change, acked: bool = False,
-                   on_late_ack: Callable[[], None] | None = None) -> bool:
+                   on_late_ack: Callable[[], None] | None = None, now: float | None = None) -> bool:
         """Produce one SubscriptionEvent (keyed by peer id: per-peer order); with `acked`, wait
         for Kafka's acknowledgement (False: dropped, refused or not acknowledged in time;
-        `on_late_ack` is called if Kafka acknowledges it later)."""
+        `on_late_ack` is called if Kafka acknowledges it later). `now`: its time (default: the
+        clock's), the time the view applied it at, so the three forms time the peer alike."""
         assert self.producer is not None
-        key, value = subscription_event(peer, self.bridge_id, change.op, time.time(), change.pubsub_topic or "",
+        at = time.time() if now is None else now
+        key, value = subscription_event(peer, self.bridge_id, change.op, at, change.pubsub_topic or "",
                                         change.content_topics, change.request_id, change.protocol)
         if acked:
             return await self.producer.put_acked(key, value, time.perf_counter(), self.settings.record_timeout_s,
@@ -315,12 +324,16 @@ class FilterService:
 
     async def _expire(self, peer: str, reason: str) -> None:
         async with self._lock(peer):
-            if not self.view.remove_peer(peer):
-                return
-            self.peer_changed(peer)
-            self.metrics.expired.labels(reason).inc()
-            log.info("filter: subscriptions of %s expired (%s)", peer, reason)
-            await self.emit(peer, Change(pr.EXPIRE, request_id=reason))
+            await self._expire_held(peer, reason)
+
+    async def _expire_held(self, peer: str, reason: str, now: float | None = None) -> None:
+        """`_expire` with the peer's lock held (`now`: the EXPIRE's time, default the clock's)."""
+        if not self.view.remove_peer(peer):
+            return
+        self.peer_changed(peer)
+        self.metrics.expired.labels(reason).inc()
+        log.info("filter: subscriptions of %s expired (%s)", peer, reason)
+        await self.emit(peer, Change(pr.EXPIRE, request_id=reason), now=now)
 
     async def _sweep(self) -> None:
         s = self.settings
@@ -340,7 +353,7 @@ class FilterService:
                     if (now - state.refreshed > s.limits.ttl_s / 2
                             and any(c.protocol == "v00" for c in state.criteria.values())):
                         state.refreshed = now
-                        await self.emit(peer, Change(pr.REFRESH, protocol="v00"))
+                        await self.emit(peer, Change(pr.REFRESH, protocol="v00"), now=now)
             for peer in self.view.unreachable(now, s.unreachable_timeout_s):
                 await self._expire(peer, "unreachable")
             self.view.forget_requests(now)

@@ -6,10 +6,12 @@ The rules, in this order:
 
 1. a BRIDGE_RESTART at time R removes the bridge's rows last refreshed before R, and the batch's
    events of that bridge older than R;
-2. per (peer, bridge): the last UNSUBSCRIBE_ALL / EXPIRE removes every row; a REFRESH or a
-   SUBSCRIBE after it raises the `last_refresh` of every row of the peer (never lowers it): the
-   TTL is the peer's, as the bridge and nwaku keep it (a peer that subscribes to one more content
-   topic keeps the others);
+2. per (peer, bridge): the last UNSUBSCRIBE_ALL / EXPIRE removes every row, and so does a
+   SUBSCRIBE at t of a peer last refreshed before t - TTL (its subscriptions expired: the bridge
+   expired it, and its EXPIRE, produced best-effort, was lost; `expiries`); a REFRESH, a
+   SUBSCRIBE or an UNSUBSCRIBE after it raises the `last_refresh` of every row of the peer (never
+   lowers it): the TTL is the peer's, as the bridge and nwaku keep it (a peer that subscribes to
+   one more content topic, or unsubscribes from one, keeps the others);
 3. per criterion: the last SUBSCRIBE / UNSUBSCRIBE after the peer's last reset upserts
    (`last_refresh` = the later of the event and the peer's refresh; `subscribed_time` kept,
    or the event's for a new row) or deletes the row.
@@ -28,9 +30,10 @@ from google.protobuf.message import DecodeError
 from schemas import pipeline_records_pb2 as pr
 
 RESET_OPS = ("UNSUBSCRIBE_ALL", "EXPIRE")
-# A SUBSCRIBE refreshes the peer as a PING does: the bridge (ingest/filter/state.py) and nwaku
-# (waku_filter_v2/subscriptions.nim addSubscription: lastSeen) keep one refresh time per peer.
-REFRESH_OPS = ("REFRESH", "SUBSCRIBE")
+# A SUBSCRIBE and an UNSUBSCRIBE refresh the peer as a PING does: the bridge
+# (ingest/filter/state.py) and nwaku (waku_filter_v2/subscriptions.nim addSubscription and
+# removeSubscription: lastSeen) keep one refresh time per peer.
+REFRESH_OPS = ("REFRESH", "SUBSCRIBE", "UNSUBSCRIBE")
 RESTART_PEER = "*"  # BRIDGE_RESTART records name no peer
 
 Key = tuple[str, str, str, str]  # (peer_id, bridge_id, pubsub_topic, content_topic)
@@ -111,8 +114,47 @@ def _restarts(events: list[Event]) -> dict[str, float]:
     return restarts
 
 
-def effect(events: list[Event], current: Mapping[Key, Row]) -> Effect:
-    """The batch folded over `current` (at least every row `touched` names)."""
+def expiries(live: list[Event], rows: Mapping[Key, Row], ttl_s: float) -> dict[tuple[str, str], int]:
+    """Per (peer, bridge): the seq after which its earlier rows and events no longer count,
+    because it was reset there: the last UNSUBSCRIBE_ALL / EXPIRE (its seq), or a SUBSCRIBE at
+    t that found the peer last refreshed before t - ttl_s (the seq before it: the SUBSCRIBE
+    applies to a peer whose subscriptions expired). A SUBSCRIBE is the only event a bridge sends
+    for a peer it expired (a PING, an UNSUBSCRIBE of it is answered 404 without one), so a lost
+    EXPIRE is caught there; a REFRESH or an UNSUBSCRIBE of a peer the table has let expire (its
+    REFRESHes lost) still raises every row, the bridge holding them.
+
+    The peer's refresh before an event is the latest SUBSCRIBE / REFRESH / UNSUBSCRIBE time of
+    the batch before it (since its last reset), or, before the first, its rows' latest
+    `last_refresh`: a replayed batch, whose rows already carry its later events' refreshes,
+    finds the same resets within it (the fold stays idempotent)."""
+    stored: dict[tuple[str, str], float] = {}
+    for r in rows.values():
+        pb = (r.peer_id, r.bridge_id)
+        stored[pb] = max(r.last_refresh, stored.get(pb, r.last_refresh))
+    held: dict[tuple[str, str], float | None] = {}  # the batch's own refresh since a reset (None: none)
+    resets: dict[tuple[str, str], int] = {}
+    for e in sorted(live, key=lambda e: e.seq):
+        pb = (e.peer_id, e.bridge_id)
+        if e.op in RESET_OPS:
+            resets[pb] = e.seq
+            held[pb] = None
+            continue
+        if e.op not in REFRESH_OPS:
+            continue
+        last = held[pb] if pb in held else stored.get(pb)
+        if e.op == "SUBSCRIBE" and last is not None and last < e.event_time - ttl_s:
+            resets[pb] = e.seq - 1
+            held[pb] = last = None
+        if e.op != "SUBSCRIBE" and last is None:
+            continue  # nothing held: a REFRESH / UNSUBSCRIBE refreshes nothing
+        prior = held.get(pb)  # the batch's own (None before its first, or after a reset)
+        held[pb] = e.event_time if prior is None else max(prior, e.event_time)
+    return resets
+
+
+def effect(events: list[Event], current: Mapping[Key, Row], ttl_s: float) -> Effect:
+    """The batch folded over `current` (at least every row `touched` names); `ttl_s`: the
+    subscription TTL (filter.subscription_ttl_s)."""
     rows = dict(current)
     subscribes = [e.event_time for e in events if e.op == "SUBSCRIBE"]
     first_subscribe = min(subscribes) if subscribes else None
@@ -122,11 +164,7 @@ def effect(events: list[Event], current: Mapping[Key, Row]) -> Effect:
             del rows[k]
     live = [e for e in events if e.op != "BRIDGE_RESTART" and e.event_time >= restarts.get(e.bridge_id, e.event_time)]
 
-    reset_seq: dict[tuple[str, str], int] = {}
-    for e in live:
-        if e.op in RESET_OPS:
-            pb = (e.peer_id, e.bridge_id)
-            reset_seq[pb] = max(e.seq, reset_seq.get(pb, e.seq))
+    reset_seq = expiries(live, rows, ttl_s)
     after = [e for e in live if e.seq > reset_seq.get((e.peer_id, e.bridge_id), -1)]
     refresh: dict[tuple[str, str], float] = {}
     for e in after:

@@ -57,16 +57,19 @@ def ensure_subscriptions_table(spark: SparkSession, warehouse: WarehouseSettings
     return path
 
 
-def apply_batch(batch: DataFrame, table: SubscriptionsTable) -> dict[str, Any]:
+def apply_batch(batch: DataFrame, table: SubscriptionsTable, ttl_s: float) -> dict[str, Any]:
     """Apply one micro-batch of raw Kafka rows (at most the stream's max_events_per_trigger) to
     the table: collected to the driver, its effect computed there (batch_effect) over the rows it
     can touch (one filtered read), then written by one MERGE on the full key (none when nothing
-    changes). Returns its valid event count (`events`), the earliest SUBSCRIBE time in it
+    changes). `ttl_s`: filter.subscription_ttl_s (a SUBSCRIBE finds a peer not refreshed within it
+    expired). Returns its valid event count (`events`), the earliest SUBSCRIBE time in it
     (`first_subscribe`, None without one) and the rows deleted or written (`changes`)."""
-    return apply_records([(r[0], r[1], r[2]) for r in batch.select("value", "partition", "offset").collect()], table)
+    return apply_records([(r[0], r[1], r[2]) for r in batch.select("value", "partition", "offset").collect()], table,
+                         ttl_s)
 
 
-def apply_records(records: Iterable[tuple[bytes, int, int]], table: SubscriptionsTable) -> dict[str, Any]:
+def apply_records(records: Iterable[tuple[bytes, int, int]], table: SubscriptionsTable,
+                  ttl_s: float) -> dict[str, Any]:
     """`apply_batch` on a batch's collected (value, partition, offset) records: decode, read the
     rows they can touch, fold (batch_effect), one MERGE (tests/filter_twins.py drives it over an
     in-memory table)."""
@@ -78,13 +81,13 @@ def apply_records(records: Iterable[tuple[bytes, int, int]], table: Subscription
     for row in table.touched_rows(sorted({p for p, _ in pairs}), sorted(restarts)):
         if (row.peer_id, row.bridge_id) in pairs or row.bridge_id in restarts:
             current[row.key] = row
-    effect = batch_effect.effect(events, current)
+    effect = batch_effect.effect(events, current, ttl_s)
     if effect.changes:
         table.write(effect)
     return {"events": effect.events, "first_subscribe": effect.first_subscribe, "changes": effect.changes}
 
 
-def warm_up(spark: SparkSession, path: str) -> float:
+def warm_up(spark: SparkSession, path: str, ttl_s: float) -> float:
     """Run the batch path once on a throw-away table at `path` (then deleted): a few events that
     take every MERGE branch, then an expiry. A fresh JVM's first batch (and Spark's first MERGE,
     where Spark writes) costs several times a warm one (class loading, code generation, the JIT),
@@ -110,7 +113,7 @@ def warm_up(spark: SparkSession, path: str) -> float:
         for values in batches:
             rows = [(v, 0, offset + i) for i, v in enumerate(values)]
             offset += len(values)
-            apply_batch(spark.createDataFrame(rows, "value binary, partition int, offset long"), table)
+            apply_batch(spark.createDataFrame(rows, "value binary, partition int, offset long"), table, ttl_s)
         table.expire(3.5 - 1.0)
         table.earliest_refresh()
     finally:
@@ -151,14 +154,14 @@ class SubscriptionsJob:
         path = self.settings.warehouse.checkpoint_path("subscriptions") + "-warm-up"
         with self.lock:  # a batch that comes meanwhile waits for it
             try:
-                log.info("warm-up: the batch path ran in %.1f s", warm_up(self.spark, path))
+                log.info("warm-up: the batch path ran in %.1f s", warm_up(self.spark, path, self.ttl_s))
             except Exception as exc:  # noqa: BLE001 - only the first batch is slower without it
                 log.warning("warm-up failed (the first batch will be slower): %s", exc)
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         with self.lock:
             began = time.monotonic()
-            counts = apply_batch(batch, self.table)
+            counts = apply_batch(batch, self.table, self.ttl_s)
             first = counts.get("first_subscribe")
             if first is not None and self.earliest is not None:
                 self.earliest = min(self.earliest, first)

@@ -17,6 +17,7 @@ from schemas import pipeline_records_pb2 as pr
 pytestmark = pytest.mark.integration
 
 SEED = 20261123
+TTL_S = 86400.0
 PTS = ("/waku/2/rs/1/0", "/waku/2/rs/1/1")
 
 
@@ -97,7 +98,7 @@ def index_rows(index) -> dict:
 
 def offline_index(spark, snapshot: str = ""):
     jvm = spark.sparkContext._jvm
-    return jvm.waku.pipeline.CriteriaIndex.offline(json.dumps({"snapshot": snapshot, "ttl_s": 86400.0}))
+    return jvm.waku.pipeline.CriteriaIndex.offline(json.dumps({"snapshot": snapshot, "ttl_s": TTL_S}))
 
 
 @pytest.fixture()
@@ -106,7 +107,7 @@ def table(spark, tmp_path):
     from pipeline.filter.subscriptions import ensure_subscriptions_table
 
     cfg = load_config([f"warehouse.root={tmp_path}/w", f"warehouse.checkpoints={tmp_path}/c",
-                       "filter.subscription_ttl_s=86400"], environ={})
+                       f"filter.subscription_ttl_s={TTL_S}"], environ={})
     return cfg, ensure_subscriptions_table(spark, WarehouseSettings.from_config(cfg))
 
 
@@ -120,7 +121,7 @@ def test_index_rules_agree_with_the_subscriptions_job(spark, table, seed):
     subs = open_table(path)
     events = generate(seed, 300, time.time() - 1000)
     for batch in batches_of(events, [40, 1, 120, 139], spark):
-        apply_batch(batch, subs)
+        apply_batch(batch, subs, TTL_S)
     index = offline_index(spark)
     for value, _ in events:
         index.applyEvent(bytearray(value))
@@ -142,13 +143,13 @@ def test_snapshot_then_replay_of_events_it_holds(spark, table, tmp_path):
     subs = open_table(path)
     events = generate(SEED + 2, 300, time.time() - 1000)
     parts = list(batches_of(events, [100, 100, 100], spark))
-    apply_batch(parts[0], subs)
-    apply_batch(parts[1], subs)
+    apply_batch(parts[0], subs, TTL_S)
+    apply_batch(parts[1], subs, TTL_S)
     settings = FilterJobSettings.from_config(cfg)
     snap = str(tmp_path / "snapshot")
     write_snapshot(spark, settings, snap)
     assert index_rows(offline_index(spark, snap)) == delta_rows(spark, path)
-    apply_batch(parts[2], subs)
+    apply_batch(parts[2], subs, TTL_S)
     want = delta_rows(spark, path)
     for replay_from in (100, 150):  # the committed offsets, or behind them
         index = offline_index(spark, snap)

@@ -11,6 +11,7 @@ from schemas.waku_message_pb2 import WakuMessage
 pytestmark = pytest.mark.integration
 
 PT = "/waku/2/default-waku/proto"
+TTL_S = 300.0
 
 
 def ev(peer: str, op: int, cts=(), t: float = 100.0, topic: str = PT, rid: str = "r", bridge: str = "B1") -> bytes:
@@ -45,12 +46,12 @@ def test_subscriptions_merge_in_peer_order_idempotent_and_expiring(spark, tmp_pa
         ev("p4", S, ["a"], 100), ev("p4", REF, t=150),
         b"\xff\xffnot an event",
     ])
-    apply_batch(batch1, subs)
-    # a SUBSCRIBE refreshes the peer's other subscriptions, as a PING does (nwaku's lastSeen)
+    apply_batch(batch1, subs, TTL_S)
+    # p1's SUBSCRIBE at 102 (and its UNSUBSCRIBE at 101) refreshed its other rows: one refresh per peer
     want = {("p1", "a"): ("B1", 102.0, "r"), ("p1", "b"): ("B1", 102.0, "r2"), ("p1", "c"): ("B1", 102.0, "r"),
             ("p2", "z"): ("B1", 103.0, "r"), ("p4", "a"): ("B1", 150.0, "r")}
     assert table(spark, path) == want
-    apply_batch(batch1, subs)                       # a replayed batch changes nothing
+    apply_batch(batch1, subs, TTL_S)                     # a replayed batch changes nothing
     assert table(spark, path) == want
 
     batch2 = kafka_rows(spark, [
@@ -58,7 +59,7 @@ def test_subscriptions_merge_in_peer_order_idempotent_and_expiring(spark, tmp_pa
         ev("p2", EXP, t=200),
         ev("p4", S, ["a"], 120),                    # an older refresh time never lowers last_refresh
     ], first_offset=100)
-    apply_batch(batch2, subs)
+    apply_batch(batch2, subs, TTL_S)
     got = table(spark, path)
     assert got == {("p1", "a"): ("B1", 200.0, "r"), ("p1", "b"): ("B1", 200.0, "r2"), ("p1", "c"): ("B1", 200.0, "r"),
                    ("p1", "d"): ("B2", 201.0, "r"), ("p4", "a"): ("B1", 150.0, "r")}
@@ -103,12 +104,12 @@ def test_a_peer_that_moves_bridges_keeps_its_new_subscriptions(spark, tmp_path):
     path = ensure_subscriptions_table(spark, WarehouseSettings.from_config(
         load_config([f"warehouse.root={tmp_path}"], environ={})))
     subs = open_table(path)
-    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a"], 100, bridge="A")]), subs)
-    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a", "b"], 110, bridge="B")]), subs)
+    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a"], 100, bridge="A")]), subs, TTL_S)
+    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a", "b"], 110, bridge="B")]), subs, TTL_S)
     rows = spark.read.format("delta").load(path).collect()
     assert sorted((r.bridge_id, r.content_topic) for r in rows) == [("A", "a"), ("B", "a"), ("B", "b")]
     # A's sweep, a minute later
-    apply_batch(kafka_rows(spark, [ev("p", pr.EXPIRE, t=170, bridge="A")]), subs)
+    apply_batch(kafka_rows(spark, [ev("p", pr.EXPIRE, t=170, bridge="A")]), subs, TTL_S)
     rows = spark.read.format("delta").load(path).collect()
     assert sorted((r.bridge_id, r.content_topic) for r in rows) == [("B", "a"), ("B", "b")]
 
@@ -154,9 +155,10 @@ def test_a_restarted_bridge_drops_what_its_earlier_run_left(spark, tmp_path):
     subs = open_table(path)
     apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a", "gone"], 100, bridge="A"),
                                    ev("q", pr.SUBSCRIBE, ["a"], 100, bridge="B"),
-                                   ev("p", pr.REFRESH, t=150, bridge="A")]), subs)
+                                   ev("p", pr.REFRESH, t=150, bridge="A")]), subs, TTL_S)
     # the restart (t=200) and the new run's subscribe (t=201) in one batch, other partitions
-    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a"], 201, bridge="A")], partition=1), subs)
+    apply_batch(kafka_rows(spark, [ev("p", pr.SUBSCRIBE, ["a"], 201, bridge="A")], partition=1), subs, TTL_S)
     apply_batch(kafka_rows(spark, [ev(RESTART_PEER, pr.BRIDGE_RESTART, t=200, bridge="A"),
-                                   ev("r", pr.BRIDGE_RESTART, t=300, bridge="A")], partition=0, first_offset=3), subs)
+                                   ev("r", pr.BRIDGE_RESTART, t=300, bridge="A")], partition=0, first_offset=3),
+                subs, TTL_S)
     assert {k: v[0] for k, v in table(spark, path).items()} == {("p", "a"): "A", ("q", "a"): "B"}

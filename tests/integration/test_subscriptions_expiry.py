@@ -69,5 +69,5 @@ def test_the_warm_up_runs_the_batch_path_and_leaves_nothing(spark, tmp_path):
     from pipeline.filter.subscriptions import warm_up
 
     path = str(tmp_path / "subscriptions-warm-up")
-    assert warm_up(spark, path) > 0
+    assert warm_up(spark, path, 300.0) > 0
     assert not (tmp_path / "subscriptions-warm-up").exists()

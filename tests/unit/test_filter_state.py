@@ -44,12 +44,60 @@ def test_subscribe_unsubscribe_ping_state():
     assert v.wanted("p", PT, "a").request_id == "r1"
     assert v.wanted("p", PT, "c") is None and v.wanted("q", PT, "a") is None
     assert v.can_unsubscribe("p", PT, ["zzz"])[0] == 404
-    v.unsubscribe("p", PT, ["a"])
+    v.unsubscribe("p", PT, ["a"], 2.5)
     assert v.wanted("p", PT, "a") is None and v.has("p")
-    v.unsubscribe("p", PT, ["b"])
+    v.unsubscribe("p", PT, ["b"], 2.6)
     assert not v.has("p") and "p" not in v.peers
     v.subscribe("p", PT, ["a"], 3.0)
     assert v.remove_peer("p") and not v.remove_peer("p")
+
+
+def test_an_unsubscribe_refreshes_the_peers_other_criteria():
+    """nwaku's removeSubscription sets lastSeen (waku_filter_v2/subscriptions.nim): a peer that
+    only unsubscribes, and never pings, does not expire a TTL after its SUBSCRIBE."""
+    v = view(ttl_s=10)
+    v.subscribe("p", PT, ["a", "b", "c"], 0.0)
+    v.apply("p", Change(pr.UNSUBSCRIBE, PT, ("a",)), 8.0)
+    assert v.peers["p"].refreshed == 8.0 and v.expired(15.0) == [] and v.expired(18.5) == ["p"]
+    v.apply("p", Change(pr.UNSUBSCRIBE, PT, ("b", "c")), 9.0)  # the last ones: the peer is gone
+    assert "p" not in v.peers and v.expired(30.0) == []
+
+
+def test_an_unsubscribe_refreshes_as_nwaku_does_whatever_it_answers():
+    """The request core: an UNSUBSCRIBE answered 200 records the UNSUBSCRIBE (which refreshes); one
+    of criteria the peer does not hold is answered 404 and, the peer being subscribed, records a
+    REFRESH (nwaku sets lastSeen before it finds the criterion missing); without subscriptions,
+    or malformed (400, checked before nwaku's removeSubscription), nothing."""
+    Req = fv2.FilterSubscribeRequest
+    v = view(ttl_s=10)
+    nothing = protocol.Response(404, "peer has no subscriptions")
+    assert protocol.handle("p", _v2(Req.UNSUBSCRIBE, cts=("a",)), v) == nothing
+    v.subscribe("p", PT, ["a", "b"], 0.0)
+    r = protocol.handle("p", _v2(Req.UNSUBSCRIBE, cts=("zzz",)), v)
+    assert (r.code, r.events) == (404, (Change(pr.REFRESH),))
+    v.apply("p", r.events[0], 6.0)
+    assert v.peers["p"].refreshed == 6.0
+    assert protocol.handle("p", _v2(Req.UNSUBSCRIBE, topic=None), v).events == ()
+    assert protocol.handle("p", _v2(Req.UNSUBSCRIBE, cts=()), v).events == ()
+    r = protocol.handle("p", _v2(Req.UNSUBSCRIBE, cts=("a",)), v)
+    assert (r.code, r.events) == (200, (Change(pr.UNSUBSCRIBE, PT, ("a",), "r", "v2"),))
+    v.apply("p", r.events[0], 7.0)
+    assert v.peers["p"].refreshed == 7.0 and v.expired(16.0) == []
+
+
+def test_a_peer_past_the_ttl_is_stale_before_the_sweep_expires_it():
+    """FilterService.serve expires a stale peer before it handles its request: what the
+    subscriptions job and the index find at that time (a SUBSCRIBE of a peer last refreshed before
+    t - TTL starts it afresh there), the boundary as `expired`'s."""
+    v = view(ttl_s=10)
+    v.subscribe("p", PT, ["a"], 0.0)
+    assert not v.stale("p", 10.0) and v.stale("p", 10.5) and v.expired(10.5) == ["p"]
+    assert not v.stale("q", 100.0)
+    v.recorded_late("p", 5.0)  # a change made at 5, answered 503, reached Kafka after all
+    assert v.peers["p"].refreshed == 5.0 and not v.stale("p", 15.0)
+    v.recorded_late("p", 1.0)  # never lowers it
+    v.recorded_late("q", 1.0)  # nothing held: nothing
+    assert v.peers["p"].refreshed == 5.0 and "q" not in v.peers
 
 
 def test_limits_peers_and_criteria():
@@ -221,3 +269,36 @@ def test_a_restarted_bridge_does_not_push_what_was_received_before_it_started():
     assert svc.push_stats.outcomes["before_start"] == 1
     svc._deliver([within_margin, fresh, unknown])       # the three went on to the peer's pusher
     assert svc.push_stats.outcomes["duplicate"] == 3
+
+
+def test_the_service_expires_a_stale_peer_before_it_serves_it():
+    """A request of a peer past the TTL that comes before the sweep finds it expired (an EXPIRE
+    recorded first): a PING is 404, as nwaku's isSubscribed answers; a SUBSCRIBE starts it afresh
+    (the subscriptions job and the index find its old criteria expired at that time too). Each
+    event is stamped with the time the view applied it at."""
+    from types import SimpleNamespace
+
+    import trio
+
+    from ingest.filter.service import FilterService
+
+    service = FilterService(SimpleNamespace(), "b", FilterSettings(), bootstrap_servers="unused:1")  # type: ignore[arg-type]
+    sent: list[tuple[int, float | None]] = []
+
+    async def emit(peer, change, acked=False, on_late_ack=None, now=None):
+        sent.append((change.op, now))
+        return True
+
+    service.emit = emit  # type: ignore[method-assign]  # Kafka: acknowledged at once
+    Req = fv2.FilterSubscribeRequest
+    assert trio.run(service.serve, "p", _v2(Req.SUBSCRIBE, cts=("a", "b")))[0] == 200
+    at = service.view.peers["p"].refreshed
+    assert sent == [(pr.SUBSCRIBE, at)]
+    assert trio.run(service.serve, "p", _v2(Req.SUBSCRIBER_PING, None, ()))[0] == 200
+    service.view.peers["p"].refreshed -= service.view.limits.ttl_s + 1  # the sweep has not run yet
+    assert trio.run(service.serve, "p", _v2(Req.SUBSCRIBER_PING, None, ()))[0] == 404
+    assert [op for op, _ in sent] == [pr.SUBSCRIBE, pr.REFRESH, pr.EXPIRE] and "p" not in service.view.peers
+    service.view.subscribe("p", PT, ["a", "b"], 0.0)  # past the TTL again
+    assert trio.run(service.serve, "p", _v2(Req.SUBSCRIBE, cts=("c",)))[0] == 200
+    assert [op for op, _ in sent[3:]] == [pr.EXPIRE, pr.SUBSCRIBE] and sent[3][1] == sent[4][1]
+    assert set(service.view.peers["p"].criteria) == {(PT, "c")}

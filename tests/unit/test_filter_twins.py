@@ -59,6 +59,16 @@ def test_the_sequence_reaches_the_edge_cases():
         elif e.op == "SUBSCRIBE" and (e.peer_id, e.bridge_id) in expired:
             again += 1
     assert again > 0
+    # a peer subscribed again at a bridge whose EXPIRE of it was lost (the table and the index must
+    # find its old criteria expired, not revive them)
+    lost = {(peer, b.bridge_id): t for b in twins.bridges.values() for peer, t in b.lost}
+    revived = 0
+    for value, _, _ in twins.log:
+        e = decode([(value, 0, 0)])[0]
+        if e.op == "SUBSCRIBE" and (e.peer_id, e.bridge_id) in lost and e.event_time >= lost[e.peer_id, e.bridge_id]:
+            revived += 1
+            del lost[e.peer_id, e.bridge_id]
+    assert revived > 0
 
 
 def test_the_committed_vectors_are_the_generators():

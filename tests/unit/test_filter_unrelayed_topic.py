@@ -79,7 +79,7 @@ def test_a_topic_joined_later_is_served_and_one_left_is_not():
         service = FilterService(SimpleNamespace(), "b", settings, bootstrap_servers="unused:1",  # type: ignore[arg-type]
                                 relayed=lambda: relayed)
 
-        async def emit(peer, change, acked=False, on_late_ack=None):
+        async def emit(peer, change, acked=False, on_late_ack=None, now=None):
             return True
 
         service.emit = emit  # type: ignore[method-assign]  # Kafka: acknowledged at once

@@ -50,8 +50,12 @@ import java.util.concurrent.atomic.AtomicLong;
  * forms are compared step by step by tests/filter_twins.py and CriteriaIndexTwinsTest):
  * SUBSCRIBE upserts the peer's criteria at its bridge (time = the later of the old and the event
  * time) and refreshes the peer as a REFRESH does (the TTL is the peer's: the bridge's view and
- * nwaku keep one refresh time per peer); UNSUBSCRIBE deletes them; UNSUBSCRIBE_ALL and EXPIRE delete all the peer's criteria at
- * that bridge; REFRESH raises the peer's refresh time; BRIDGE_RESTART (peer "*") deletes the
+ * nwaku keep one refresh time per peer), but first, if the peer was last refreshed before its time
+ * minus the TTL, deletes the peer's criteria (they expired: the bridge expired the peer and its
+ * EXPIRE, sent best-effort, was lost; a SUBSCRIBE is the only event a bridge sends for a peer it
+ * expired); UNSUBSCRIBE deletes them and refreshes the peer's others
+ * (nwaku's removeSubscription sets {@code lastSeen} too); UNSUBSCRIBE_ALL and EXPIRE delete all the
+ * peer's criteria at that bridge; REFRESH raises the peer's refresh time; BRIDGE_RESTART (peer "*") deletes the
  * bridge's criteria last refreshed before its time (and an event of that bridge older than its
  * latest restart, read later from another partition, is ignored). A criterion is live while
  * max(its time, its peer's refresh) is within the TTL. Events without peer or bridge, or a
@@ -104,6 +108,8 @@ public final class CriteriaIndex {
     final String peerId;
     final String bridgeId;
     volatile double refresh;
+    /** Whether an event (not the snapshot) set `refresh`: the snapshot's peers are timed by their rows. */
+    boolean refreshed;
     final HashMap<String, HashSet<String>> crits = new HashMap<>();
 
     Peer(String peerId, String bridgeId) {
@@ -409,14 +415,16 @@ public final class CriteriaIndex {
     }
     switch (op) {
       case OP_SUBSCRIBE: {
-        Peer p = peer(peerId, bridgeId, !contents.isEmpty());
+        Peer p = peer(peerId, bridgeId, false);
+        if (p != null && lastRefresh(p) < time - ttlS) {
+          removeAll(p, Double.POSITIVE_INFINITY);  // expired: its EXPIRE was lost
+        }
+        p = peer(peerId, bridgeId, !contents.isEmpty());
         if (p != null) {
           for (String c : contents) {
             put(p, pubsub, c, protocol, requestId, time);
           }
-          if (time > p.refresh) {
-            p.refresh = time;  // the peer's other criteria stay live as long as these
-          }
+          refresh(p, time);  // the peer's other criteria stay live as long as these
         }
         break;
       }
@@ -427,6 +435,7 @@ public final class CriteriaIndex {
             remove(p, pubsub, c);
           }
           dropIfEmpty(p);
+          refresh(p, time);  // the peer's remaining criteria are refreshed (nwaku's removeSubscription)
         }
         break;
       }
@@ -440,8 +449,8 @@ public final class CriteriaIndex {
       }
       case OP_REFRESH: {
         Peer p = peer(peerId, bridgeId, false);
-        if (p != null && time > p.refresh) {
-          p.refresh = time;
+        if (p != null) {
+          refresh(p, time);
         }
         break;
       }
@@ -461,6 +470,34 @@ public final class CriteriaIndex {
         return false;
     }
     return true;
+  }
+
+  private static void refresh(Peer p, double time) {
+    if (time > p.refresh) {
+      p.refresh = time;
+    }
+    p.refreshed = true;
+  }
+
+  /** The peer's refresh time before an event: its events' latest, or, for a peer of the snapshot
+   *  no event has refreshed yet, its criteria's latest (the table's last_refresh). A snapshot
+   *  written after events this index replays carries their refreshes: they are not used once
+   *  the replay refreshed the peer (as batch_effect.expiries uses a batch's own refreshes). */
+  private double lastRefresh(Peer p) {
+    if (p.refreshed) {
+      return p.refresh;
+    }
+    double last = p.refresh;
+    for (Map.Entry<String, HashSet<String>> e : p.crits.entrySet()) {
+      ConcurrentHashMap<String, Sub[]> byContent = byTopic.get(e.getKey());
+      for (String content : e.getValue()) {
+        Sub s = find(byContent, content, p);
+        if (s != null && s.time > last) {
+          last = s.time;
+        }
+      }
+    }
+    return last;
   }
 
   private Peer peer(String peerId, String bridgeId, boolean create) {

@@ -159,18 +159,71 @@ class CriteriaIndexTest {
     // the bridge (and nwaku) keep one refresh time per peer: subscribing to /b at t keeps /a live
     CriteriaIndex idx = index();
     double t = now();
-    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_SUBSCRIBE, t - TTL - 60, "/a"));
-    idx.applyEvent(event("p2", "b1", CriteriaIndex.OP_SUBSCRIBE, t - TTL - 60, "/a"));
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_SUBSCRIBE, t - TTL + 30, "/a"));
+    idx.applyEvent(event("p2", "b1", CriteriaIndex.OP_SUBSCRIBE, t - TTL + 30, "/a"));
     idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_SUBSCRIBE, t - 10, "/b"));
     idx.applyEvent(event("p1", "b2", CriteriaIndex.OP_SUBSCRIBE, t - 10));  // no content topic: refreshes p1@b2 only
-    assertEquals(List.of("p1@b1"), peers(idx, "/a"));
+    assertEquals(List.of("p1@b1", "p2@b1"), peers(idx, "/a"));
     assertEquals(List.of("p1@b1"), peers(idx, "/b"));
     assertEquals(3, idx.rows().size());
     assertEquals(List.of("p1\tb1\t" + TOPIC + "\t/a\tv2\treq-p1", "p1\tb1\t" + TOPIC + "\t/b\tv2\treq-p1"),
-        idx.liveAt(t));
-    idx.purgeExpired(t);
+        idx.liveAt(t + 60));
+    idx.purgeExpired(t + 60);
     assertEquals(2, idx.rows().size());  // p2's /a was not live: purged
     assertEquals(List.of(), idx.liveAt(t + TTL));
+  }
+
+  @Test
+  void aSubscribeOfAPeerNotRefreshedWithinTheTtlDoesNotReviveItsOldCriteria() throws IOException {
+    // the bridge expired p1 (its EXPIRE, best-effort, lost) and p1 subscribed again
+    CriteriaIndex idx = index();
+    double t = now();
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_SUBSCRIBE, t - TTL - 20, "/a", "/b"));
+    idx.applyEvent(event("p1", "b2", CriteriaIndex.OP_SUBSCRIBE, t - TTL - 20, "/a"));
+    idx.applyEvent(event("p2", "b1", CriteriaIndex.OP_SUBSCRIBE, t - TTL, "/a"));
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_SUBSCRIBE, t - 10, "/c"));
+    idx.applyEvent(event("p2", "b1", CriteriaIndex.OP_SUBSCRIBE, t, "/c"));  // at the TTL's bound: refreshed
+    assertEquals(List.of("p1\tb1\t" + TOPIC + "\t/c\tv2\treq-p1", "p2\tb1\t" + TOPIC + "\t/a\tv2\treq-p2",
+        "p2\tb1\t" + TOPIC + "\t/c\tv2\treq-p2"), idx.liveAt(t));
+    assertEquals(4, idx.rows().size());  // p1@b2's /a is held (not live) until purged
+    // a REFRESH of a peer past the TTL (its REFRESHes lost: the bridge holds it) raises it, as ever
+    idx.applyEvent(event("p1", "b2", CriteriaIndex.OP_REFRESH, t));
+    assertEquals(List.of("p1@b2", "p2@b1"), peers(idx, "/a"));
+  }
+
+  @Test
+  void aSnapshotsPeerIsTimedByItsRowsUntilAnEventRefreshesIt(@TempDir Path dir) throws IOException {
+    double t = now();
+    Files.writeString(dir.resolve("part-00000.txt"), row("p1", "b1", TOPIC, "/a", "v2", "r1", t - TTL - 1) + "\n"
+        + row("p2", "b1", TOPIC, "/a", "v2", "r2", t) + "\n" + row("p2", "b1", TOPIC, "/b", "v2", "r2", t) + "\n");
+    CriteriaIndex idx = CriteriaIndex.offline("{\"ttl_s\": " + TTL + ", \"snapshot\": \"" + dir.toUri() + "\"}");
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_SUBSCRIBE, t, "/c"));  // the row is past the TTL: expired
+    // p2's rows carry the refresh of events replayed after the snapshot (the snapshot was written
+    // after them): the replay's own times count once it refreshed p2, so the gap inside it resets
+    idx.applyEvent(event("p2", "b1", CriteriaIndex.OP_SUBSCRIBE, t - TTL - 50, "/a"));
+    idx.applyEvent(event("p2", "b1", CriteriaIndex.OP_SUBSCRIBE, t, "/b"));
+    assertEquals(List.of("p1\tb1\t" + TOPIC + "\t/c\tv2\treq-p1", "p2\tb1\t" + TOPIC + "\t/b\tv2\treq-p2"),
+        idx.liveAt(t));
+    assertEquals(2, idx.rows().size());
+  }
+
+  @Test
+  void anUnsubscribeRefreshesThePeersRemainingCriteria() throws IOException {
+    // nwaku's removeSubscription sets lastSeen (waku_filter_v2/subscriptions.nim), as the bridge does
+    CriteriaIndex idx = index();
+    double t = now();
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_SUBSCRIBE, t - TTL + 5, "/a", "/b", "/c"));
+    idx.applyEvent(event("p2", "b1", CriteriaIndex.OP_SUBSCRIBE, t - TTL + 5, "/a"));
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_UNSUBSCRIBE, t - 10, "/b"));
+    assertEquals(List.of("p1\tb1\t" + TOPIC + "\t/a\tv2\treq-p1", "p1\tb1\t" + TOPIC + "\t/c\tv2\treq-p1"),
+        idx.liveAt(t + 30));  // p2 was not refreshed: not live any more
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_UNSUBSCRIBE, t - 5, "/never"));  // held nowhere: refreshes too
+    assertEquals(2, idx.liveAt(t + TTL - 6).size());
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_UNSUBSCRIBE, t - 300 * TTL, "/c"));  // an older one lowers nothing
+    assertEquals(List.of("p1\tb1\t" + TOPIC + "\t/a\tv2\treq-p1"), idx.liveAt(t + TTL - 6));
+    idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_UNSUBSCRIBE, t, "/a"));  // the last: the peer is gone
+    assertEquals(List.of(), idx.liveAt(t + 30));
+    assertEquals(1, idx.rows().size());  // p2's /a
   }
 
   @Test
