@@ -543,7 +543,12 @@ def main() -> int:
     ours = theirs = pg = None
     try:
         # -- the rows, both sides
-        end_t = math.floor(time.time() / 3600) * 3600 - 60  # two days ending a minute before the hour
+        span_file = workdir / "span.json"  # a kept directory's rows keep their time span
+        if span_file.exists():
+            end_t = json.loads(span_file.read_text())["end_t"]
+        else:
+            end_t = math.floor(time.time() / 3600) * 3600 - 60  # two days ending a minute before the hour
+            span_file.write_text(json.dumps({"end_t": end_t}))
         base_t = end_t - sq.SPAN_S
         shipped = sq.shipped_defaults()
         if not os.path.exists(os.path.join(table, "_delta_log")):
@@ -606,7 +611,7 @@ def main() -> int:
 
         # -- retention under load
         if "retention" not in args.skip:
-            out["retention"] = retention(ours, theirs, pg, table, workdir, seconds * (1.5 if args.quick else 3),
+            out["retention"] = retention(ours, theirs, pg, table, workdir, seconds * (1.5 if args.quick else 1),
                                          out, base_t, end_t)
     finally:
         if ours is not None:
