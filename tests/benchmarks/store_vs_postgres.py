@@ -3,7 +3,7 @@ store v3 queries, the same number of clients in their own processes, one after t
 machine.
 
     .venv/bin/python tests/benchmarks/store_vs_postgres.py [--quick] [--rows N] [--clients 16]
-        [--seconds S] [--rate R[,R2,...]] [--pg-writers W] [--skip query|ingest|ours-ingest|retention]
+        [--seconds S] [--rate R[,R2,...]] [--servers K] [--pg-writers W] [--skip query|ingest|ours-ingest|retention]
         [--ours-ingest-args "..."] [--keep DIR]
 
 1. The rows: `store_query.py`'s generator (8 pubsub topics, 40 content topics of Zipf-like
@@ -313,54 +313,59 @@ def phases(results: list[dict], during: tuple[float, float]) -> dict:
 
 
 class Ours:
-    """Our store server process and go-waku clients."""
+    """Our store server processes (one by default: one bridge's store service) and go-waku
+    clients, round-robin over the servers."""
 
-    def __init__(self, table: str, go_bin: str, plan: Path, clients: int) -> None:
+    def __init__(self, table: str, go_bin: str, plan: Path, clients: int, servers: int = 1) -> None:
         shipped = sq.shipped_defaults()
-        self.server = subprocess.Popen(
+        self.servers = [subprocess.Popen(
             [sys.executable, sq.__file__, "--serve", table, "--cache-mb", str(shipped["cache_mb"]),
              "--threads", str(shipped["threads"]), "--preload-mb", str(shipped["preload_mb"])],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
-        line = self.server.stdout.readline()
-        if not line.startswith("LISTEN "):
-            raise SystemExit(f"our store server did not start: {line!r}")
-        self.addr = line.split()[1]
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT) for _ in range(servers)]
+        self.addrs = []
+        for server in self.servers:
+            line = server.stdout.readline()
+            if not line.startswith("LISTEN "):
+                raise SystemExit(f"our store server did not start: {line!r}")
+            self.addrs.append(line.split()[1])
         self.go_bin, self.plan, self.clients = go_bin, plan, clients
 
     def run(self, seconds: float, rate: float, times: bool = False) -> tuple[dict, list[dict]]:
         per = rate / self.clients
         procs = []
         for i in range(self.clients):
-            cmd = [self.go_bin, "store-bench", "--peer", self.addr, "--cluster-id", "0", "--seconds", str(seconds),
-                   "--seed", str(i), "--rate", str(per), "--plan", str(self.plan), "--timeout", "60",
-                   *(["--times"] if times else [])]
+            cmd = [self.go_bin, "store-bench", "--peer", self.addrs[i % len(self.addrs)], "--cluster-id", "0",
+                   "--seconds", str(seconds), "--seed", str(i), "--rate", str(per), "--plan", str(self.plan),
+                   "--timeout", "60", *(["--times"] if times else [])]
             procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.DEVNULL, text=True, cwd=REPO_ROOT))
         try:
             for p in procs:
                 if not sq.client_ready(p, "go"):
                     raise SystemExit("a go-waku client did not start")
-            before = sq.server_stats([self.server])[0]
+            before = sq.server_stats(self.servers)
             for p in procs:
                 p.stdin.write("GO\n")
                 p.stdin.flush()
             results = [go_result(p) for p in procs]
-            after = sq.server_stats([self.server])[0]
+            after = sq.server_stats(self.servers)
         finally:
             for p in procs:
                 if p.poll() is None:
                     p.kill()
                 p.wait()
-        return summarize(rate, results, after["cpu_s"] - before["cpu_s"]), results
+        cpu = sum(a["cpu_s"] - b["cpu_s"] for a, b in zip(after, before, strict=True))
+        return summarize(rate, results, cpu), results
 
     def stop(self) -> None:
-        if self.server.poll() is None:
-            self.server.stdin.close()
-            try:
-                self.server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.server.kill()
-                self.server.wait()
+        for server in self.servers:
+            if server.poll() is None:
+                server.stdin.close()
+                try:
+                    server.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    server.kill()
+                    server.wait()
 
 
 def go_result(p: subprocess.Popen) -> dict:
@@ -509,6 +514,8 @@ def main() -> int:
     ap.add_argument("--clients", type=int)
     ap.add_argument("--seconds", type=float)
     ap.add_argument("--rate", default="", help="open-loop pages/s after the closed-loop run (comma-separated)")
+    ap.add_argument("--servers", type=int, default=1,
+                    help="our store server processes (default 1: one bridge's store service; K: K bridges)")
     ap.add_argument("--pg-writers", type=int, default=4, help="nwaku InsertRow writer processes (connections)")
     ap.add_argument("--skip", action="append", default=[], choices=["query", "ingest", "ours-ingest", "retention"],
                     help="leave out a part (repeatable); ours-ingest: store_ingest.py's run only")
@@ -584,9 +591,10 @@ def main() -> int:
 
         if "query" not in args.skip or "retention" not in args.skip:
             log("starting our store server")
-            ours = Ours(table, go_bin, plan, clients)
+            ours = Ours(table, go_bin, plan, clients, args.servers)
             theirs = Theirs(pg, plan, clients)
-            out["ours_startup"] = sq.server_stats([ours.server])[0]
+            out["ours_startup"] = sq.server_stats(ours.servers)
+            out["ours_servers"] = args.servers
 
         # -- queries
         if "query" not in args.skip:
