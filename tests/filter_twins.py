@@ -27,6 +27,14 @@ Modelled on purpose, where the forms differ by design:
   reads it (`last_refresh` within the TTL: criteria.write_snapshot, CriteriaIndex.match);
 * a restarted bridge starts a second after its last event (a process start takes longer than
   that): its BRIDGE_RESTART time is after every event of its earlier run, as it is in production;
+* the jobs read Kafka's partitions unevenly (the subscriptions job under maxOffsetsPerTrigger, the
+  index's consumer as fetches come): at a bridge restart the partition of its BRIDGE_RESTART record
+  is read late at times (`STALL`): that record and what follows it on its partition are read a few
+  steps later, after the new run's first events on the other partitions (committed in earlier
+  batches, and applied earlier by the index), so the restart must still drop what the earlier run
+  left, though those events refreshed the peer's old criteria. While a partition is held back the
+  table and the index lag the bridge: the step is not compared (`held`), and the TTL's delete and
+  the index's purge wait (the delete's grace would not cover the wait);
 * an EXPIRE of the TTL sweep is lost at times (produced best-effort): the peer's next event at
   that bridge is a SUBSCRIBE, which must find its old criteria expired in the table and the index
   (batch_effect.expiries), not revive them; every other event is recorded (an EXPIRE of an
@@ -35,8 +43,10 @@ Modelled on purpose, where the forms differ by design:
 
 What it found (fixed): a SUBSCRIBE did not refresh the peer's other criteria in the table and the
 index (the bridge and nwaku keep one refresh time per peer), the undo of a late SUBSCRIBE left
-held criteria with the refused request's protocol and request id, and an UNSUBSCRIBE refreshed
-the peer in none of the three (nwaku's removeSubscription does).
+held criteria with the refused request's protocol and request id, an UNSUBSCRIBE refreshed
+the peer in none of the three (nwaku's removeSubscription does), and a BRIDGE_RESTART read after
+the new run's SUBSCRIBE of a peer kept that peer's old criteria in the table and the index (the
+SUBSCRIBE had refreshed them: the restart now goes by each criterion's latest SUBSCRIBE).
 
     python -m tests.filter_twins [--seed N] [--steps N]   # print the steps, and any difference
 """
@@ -62,6 +72,7 @@ T0 = 1_800_000_000.0
 TTL_S = 300.0
 UNREACHABLE_S = 60.0
 LOST_EXPIRE = 0.3  # of the TTL sweep's EXPIREs
+STALL = 0.7  # of the bridge restarts: the restart record's partition is read 2-8 steps late
 EXPIRY_GRACE_S = 5.0  # the job's trigger seconds: rows are deleted that much after their TTL
 PARTITIONS = 3
 BRIDGES = ("b1", "b2")
@@ -209,12 +220,13 @@ class Step:
     index: int
     what: str
     now: float
-    events: list[bytes]                     # SubscriptionEvent values, in log order
+    events: list[bytes]                     # SubscriptionEvent values the jobs read in the step, in read order
     bridge: set[Criterion]                  # what the bridges hold after the step
     table: set[Criterion]                   # live in the table after the pending events
     replayed_changes: int | None = None     # a committed batch folded again over its result
     rebuild: dict[str, Any] | None = None   # the filter job restarted: snapshot and offset
     purge: bool = False                     # the index purges its expired criteria (JVM side)
+    held: bool = False                      # a partition is held back: the table and index lag the bridge
 
 
 @dataclass
@@ -223,23 +235,50 @@ class Twins:
     steps: int = STEPS
     rng: random.Random = field(init=False)
     bridges: dict[str, Bridge] = field(init=False)
-    log: list[tuple[bytes, int, int]] = field(init=False, default_factory=list)  # (value, partition, offset)
+    # (value, partition, offset) in the order the jobs read them: each partition's in its order
+    log: list[tuple[bytes, int, int]] = field(init=False, default_factory=list)
     table: MemoryTable = field(init=False, default_factory=MemoryTable)
     committed: int = 0
     now: float = T0
     request_no: int = 0
+    # A partition read late (STALL): its records from a bridge restart's on, readable at a step.
+    stalled: int | None = None
+    stalled_until: int = 0
+    stalled_records: list[tuple[bytes, int, int]] = field(init=False, default_factory=list)
+    # The restarts held back: (bridge, restart time, the peers its earlier run held).
+    stalled_restarts: list[tuple[str, float, set[str]]] = field(init=False, default_factory=list)
+    # Batches committed with a SUBSCRIBE of a restarted bridge's new run, of a peer its earlier run
+    # held, while the restart record was held back (the case the stall is for).
+    read_ahead: int = 0
+    # Peers a restarted bridge's earlier run held: their clients subscribe there again (a PING
+    # answered 404 says the bridge forgot them), mostly within the next steps.
+    resubscribe: list[tuple[str, str]] = field(init=False, default_factory=list)  # (bridge, peer)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self.bridges = {b: Bridge(b, lambda: self.rng.random() < LOST_EXPIRE) for b in BRIDGES}
         self._offsets = [0] * PARTITIONS
 
-    def record(self, events: list[tuple[bytes, bytes]]) -> list[bytes]:
+    def record(self, events: list[tuple[bytes, bytes]]) -> None:
         for key, value in events:
             partition = zlib.crc32(key) % PARTITIONS  # keyed by peer id: one peer's events in order
-            self.log.append((value, partition, self._offsets[partition]))
+            rec = (value, partition, self._offsets[partition])
             self._offsets[partition] += 1
-        return [v for _, v in events]
+            (self.stalled_records if partition == self.stalled else self.log).append(rec)
+
+    def stall(self, index: int, key: bytes, bridge: Bridge, holders: set[str]) -> None:
+        """The partition of a restart record (its Kafka key) read late from it on (unless one is already)."""
+        if self.stalled is None:
+            self.stalled = zlib.crc32(key) % PARTITIONS
+            self.stalled_until = index + self.rng.randint(2, 8)
+        if zlib.crc32(key) % PARTITIONS == self.stalled:
+            self.stalled_restarts.append((bridge.bridge_id, self.now, holders))
+
+    def release(self, index: int) -> None:
+        """The held-back partition read: its records follow what was read (its own order kept)."""
+        if self.stalled is not None and index >= self.stalled_until:
+            self.log += self.stalled_records
+            self.stalled, self.stalled_records, self.stalled_restarts = None, [], []
 
     # requests: mostly well-formed, some over the limits, some naming what is not held
     def contents(self, peer: str, bridge: Bridge, topic: str) -> tuple[str, ...]:
@@ -272,6 +311,8 @@ class Twins:
 
     def step(self, index: int) -> Step:
         rng = self.rng
+        read = len(self.log)
+        self.release(index)
         kind = rng.choices(("request", "advance", "connect", "restart", "refused_late", "rebuild"),
                            (62, 10, 6, 2, 6, 3))[0]
         self.now = round(self.now + (rng.uniform(20, 1.3 * TTL_S) if kind == "advance" else rng.uniform(0.2, 15)), 3)
@@ -282,7 +323,10 @@ class Twins:
         if kind == "refused_late":
             what = rng.choice((SUBSCRIBE, SUBSCRIBE, UNSUBSCRIBE, UNSUBSCRIBE_ALL))
         holders = [(b, p) for b in self.bridges.values() for p in b.view.peers]
-        if what != SUBSCRIBE and holders and rng.random() < 0.7:
+        if kind == "request" and self.resubscribe and rng.random() < 0.6:
+            b, peer = self.resubscribe.pop(rng.randrange(len(self.resubscribe)))
+            bridge, what = self.bridges[b], SUBSCRIBE  # a client of a restarted bridge subscribes again
+        elif what != SUBSCRIBE and holders and rng.random() < 0.7:
             bridge, peer = rng.choice(holders)  # mostly a peer that holds something
         else:
             bridge, peer = self.bridges[rng.choice(BRIDGES)], rng.choice(PEERS)
@@ -303,8 +347,17 @@ class Twins:
                 what = f"{peer}@{bridge.bridge_id} disconnects"
         elif kind == "restart":
             self.now = round(self.now + 1.0, 3)  # a process starts after its predecessor's last event
-            events += bridge.restart(self.now)
+            self.record(events)
+            events = []
+            held_before = set(bridge.view.peers)
+            self.resubscribe = [(b, p) for b, p in self.resubscribe if b != bridge.bridge_id]
+            self.resubscribe += [(bridge.bridge_id, p) for p in sorted(held_before)]
+            restart = bridge.restart(self.now)
             what = f"{bridge.bridge_id} restarts"
+            if rng.random() < STALL:
+                self.stall(index, restart[0][0], bridge, held_before)
+                what += f" (its restart record's partition {self.stalled} read late until step {self.stalled_until})"
+            events += restart
         elif kind == "refused_late":
             req = self.request(peer, bridge, what)
             then = None
@@ -320,8 +373,8 @@ class Twins:
         else:
             rebuild = True
             what = "the filter job restarts: index rebuilt from the snapshot and the committed offsets"
-        values = self.record(events)
-        return self.settle(index, what, values, rebuild)
+        self.record(events)
+        return self.settle(index, what, [v for v, _, _ in self.log[read:]], rebuild)
 
     def settle(self, index: int, what: str, values: list[bytes], rebuild: bool) -> Step:
         """The table's side of the step: maybe the TTL's delete (with its grace) first; then the
@@ -331,18 +384,19 @@ class Twins:
         from pipeline.filter.subscriptions import apply_records
 
         rng = self.rng
-        if rng.random() < 0.15:
+        if rng.random() < 0.15 and self.stalled is None:
             # The grace is the job's longest wait for a batch: the events older than that are in.
             self.commit(lambda t: t < self.now - EXPIRY_GRACE_S)
             self.table.expire(self.now - TTL_S - EXPIRY_GRACE_S)
         trial = MemoryTable(self.table.rows)
         apply_records(self.log[self.committed:], trial, TTL_S)
         step = Step(index, what, self.now, values, set().union(*(b.criteria() for b in self.bridges.values())),
-                    trial.criteria(self.now), purge=rng.random() < 0.2)
+                    trial.criteria(self.now), purge=rng.random() < 0.2 and self.stalled is None,
+                    held=self.stalled is not None)
         if rebuild:
             live = sorted(self.table.live(self.now), key=lambda r: r.key)
             step.rebuild = {"snapshot": [[r.peer_id, r.bridge_id, r.pubsub_topic, r.content_topic, r.protocol or "",
-                                          r.request_id or "", r.last_refresh] for r in live],
+                                          r.request_id or "", r.last_refresh, r.subscribed_time] for r in live],
                             "from": self.committed}
         if rng.random() < 0.4:
             step.replayed_changes = self.commit(lambda t: True)
@@ -362,6 +416,11 @@ class Twins:
         if end == self.committed:
             return None
         batch = self.log[self.committed:end]
+        for e in decode(batch):
+            if e.op == "SUBSCRIBE" and any(e.bridge_id == b and e.event_time >= t and e.peer_id in held
+                                           for b, t, held in self.stalled_restarts):
+                self.read_ahead += 1
+                break
         apply_records(batch, self.table, TTL_S)
         self.committed = end
         return int(apply_records(batch, MemoryTable(self.table.rows), TTL_S).get("changes", 0))
@@ -372,8 +431,9 @@ class Twins:
 
 
 def vectors(seed: int = SEED, steps: int = STEPS) -> dict[str, Any]:
-    """jvm/test/subscription_vectors.json: the sequence's events and, after each step, what the
-    bridge holds (the criteria CriteriaIndex must hold live at the step's time)."""
+    """jvm/test/subscription_vectors.json: the sequence's events (in the order the jobs read them)
+    and, after each step, what the bridge holds (the criteria CriteriaIndex must hold live at the
+    step's time, unless `held`: a partition is read late then)."""
     out = []
     for s in Twins(seed, steps).run():
         v: dict[str, Any] = {"what": s.what, "now": s.now, "events": [e.hex() for e in s.events],
@@ -382,6 +442,8 @@ def vectors(seed: int = SEED, steps: int = STEPS) -> dict[str, Any]:
             v["purge"] = True
         if s.rebuild is not None:
             v["rebuild"] = s.rebuild
+        if s.held:
+            v["held"] = True
         out.append(v)
     return {"seed": seed, "ttl_s": TTL_S, "steps": out}
 
@@ -400,9 +462,9 @@ def main() -> int:
     args = parser.parse_args()
     print(f"seed {args.seed}")
     for s in Twins(args.seed, args.steps).run():
-        same = "" if s.bridge == s.table else "   <-- table differs"
+        same = "   (a partition held back)" if s.held else "" if s.bridge == s.table else "   <-- table differs"
         print(f"{s.index:4d} t+{s.now - T0:9.3f} {s.what}{same}")
-        for c in sorted(s.bridge ^ s.table):
+        for c in [] if s.held else sorted(s.bridge ^ s.table):
             print(f"       {'bridge' if c in s.bridge else 'table '} only: {line(c)}")
     return 0
 

@@ -4,8 +4,13 @@ delete, rows to write), which the subscriptions job writes with one MERGE on the
 
 The rules, in this order:
 
-1. a BRIDGE_RESTART at time R removes the bridge's rows last refreshed before R, and the batch's
-   events of that bridge older than R;
+1. a BRIDGE_RESTART at time R removes the bridge's rows last *subscribed* before R
+   (`subscribed_time` < R; a null one is older than any R), and the batch's events of that bridge
+   older than R. Not their `last_refresh`: the restarted bridge holds nothing until a client
+   subscribes, so every row of its new run was named by a SUBSCRIBE at >= R and every row of its
+   earlier run was last named before R; but a SUBSCRIBE, PING or UNSUBSCRIBE of the new run
+   refreshes all the peer's rows, old ones included, and may be read in an earlier batch than
+   the restart record (another partition, read ahead under maxOffsetsPerTrigger);
 2. per (peer, bridge): the last UNSUBSCRIBE_ALL / EXPIRE removes every row, and so does a
    SUBSCRIBE at t of a peer last refreshed before t - TTL (its subscriptions expired: the bridge
    expired it, and its EXPIRE, produced best-effort, was lost; `expiries`); a REFRESH, a
@@ -13,8 +18,8 @@ The rules, in this order:
    lowers it): the TTL is the peer's, as the bridge and nwaku keep it (a peer that subscribes to
    one more content topic, or unsubscribes from one, keeps the others);
 3. per criterion: the last SUBSCRIBE / UNSUBSCRIBE after the peer's last reset upserts
-   (`last_refresh` = the later of the event and the peer's refresh; `subscribed_time` kept,
-   or the event's for a new row) or deletes the row.
+   (`last_refresh` = the later of the event and the peer's refresh; `subscribed_time` = the
+   SUBSCRIBE's time, never lowered: the latest SUBSCRIBE naming the row) or deletes the row.
 
 Idempotent: a replayed batch, folded over rows that already hold its effect, writes the same
 rows.
@@ -100,7 +105,7 @@ def decode(records: Iterable[tuple[bytes, int, int]]) -> list[Event]:
 
 def touched(events: list[Event]) -> tuple[set[tuple[str, str]], dict[str, float]]:
     """Which rows the batch can change: those of its (peer, bridge) pairs, and of each bridge
-    that restarted (mapped to its restart time) last refreshed before the restart."""
+    that restarted (mapped to its restart time) last subscribed before the restart."""
     restarts = _restarts(events)
     pairs = {(e.peer_id, e.bridge_id) for e in events if e.op != "BRIDGE_RESTART"}
     return pairs, restarts
@@ -112,6 +117,11 @@ def _restarts(events: list[Event]) -> dict[str, float]:
         if e.op == "BRIDGE_RESTART":
             restarts[e.bridge_id] = max(e.event_time, restarts.get(e.bridge_id, e.event_time))
     return restarts
+
+
+def _subscribed_since(row: Row, restart: float) -> bool:
+    """Whether a SUBSCRIBE at or after `restart` named the row (a null `subscribed_time`: none)."""
+    return row.subscribed_time is not None and row.subscribed_time >= restart
 
 
 def expiries(live: list[Event], rows: Mapping[Key, Row], ttl_s: float) -> dict[tuple[str, str], int]:
@@ -160,7 +170,7 @@ def effect(events: list[Event], current: Mapping[Key, Row], ttl_s: float) -> Eff
     first_subscribe = min(subscribes) if subscribes else None
     restarts = _restarts(events)
     for k, r in list(rows.items()):
-        if r.bridge_id in restarts and r.last_refresh < restarts[r.bridge_id]:
+        if r.bridge_id in restarts and not _subscribed_since(r, restarts[r.bridge_id]):
             del rows[k]
     live = [e for e in events if e.op != "BRIDGE_RESTART" and e.event_time >= restarts.get(e.bridge_id, e.event_time)]
 
@@ -194,8 +204,9 @@ def effect(events: list[Event], current: Mapping[Key, Row], ttl_s: float) -> Eff
         if old is None:
             rows[key] = Row(e.peer_id, key[2], key[3], e.bridge_id, e.protocol, e.request_id, e.event_time, stamp)
         else:
+            subscribed = e.event_time if old.subscribed_time is None else max(old.subscribed_time, e.event_time)
             rows[key] = dataclasses.replace(old, protocol=e.protocol, request_id=e.request_id,
-                                            last_refresh=max(old.last_refresh, stamp))
+                                            subscribed_time=subscribed, last_refresh=max(old.last_refresh, stamp))
     return Effect(deleted=[k for k in current if k not in rows],
                   written=[r for k, r in rows.items() if current.get(k) != r],
                   events=len(events), first_subscribe=first_subscribe)

@@ -62,8 +62,10 @@ def write_snapshot(spark: SparkSession, settings: FilterJobSettings, path: str) 
     def b64(name: str) -> Column:
         return F.base64(F.encode(F.coalesce(F.col(name), F.lit("")), "UTF-8"))
 
+    # subscribed_time last (empty when null): the index's restart rule reads it (CriteriaIndex.loadSnapshot)
     line = F.concat_ws("\t", b64("peer_id"), b64("bridge_id"), b64("pubsub_topic"), b64("content_topic"),
-                       b64("protocol"), b64("request_id"), F.col("last_refresh").cast("string"))
+                       b64("protocol"), b64("request_id"), F.col("last_refresh").cast("string"),
+                       F.coalesce(F.col("subscribed_time").cast("string"), F.lit("")))
     rows.select(line.alias("value")).write.mode("overwrite").text(path)
 
 

@@ -33,7 +33,7 @@ SUBSCRIPTIONS_SCHEMA = T.StructType([
     T.StructField("bridge_id", T.StringType(), False),
     T.StructField("protocol", T.StringType(), True),
     T.StructField("request_id", T.StringType(), True),
-    T.StructField("subscribed_time", T.DoubleType(), True),   # first SUBSCRIBE (Unix seconds, bridge clock)
+    T.StructField("subscribed_time", T.DoubleType(), True),   # latest SUBSCRIBE naming it (Unix s, bridge clock)
     T.StructField("last_refresh", T.DoubleType(), False),     # last SUBSCRIBE / PING
 ])
 COLUMNS = tuple(SUBSCRIPTIONS_SCHEMA.fieldNames())

@@ -84,15 +84,18 @@ def batches_of(events: list[tuple[bytes, int]], sizes: list[int], spark):
 
 
 def delta_rows(spark, path: str) -> dict:
-    return {(r.peer_id, r.bridge_id, r.pubsub_topic, r.content_topic): (r.protocol, r.request_id, r.last_refresh)
+    """key -> (protocol, request_id, last_refresh, subscribed_time: -inf when null, as the index reads it)."""
+    return {(r.peer_id, r.bridge_id, r.pubsub_topic, r.content_topic):
+            (r.protocol, r.request_id, r.last_refresh,
+             float("-inf") if r.subscribed_time is None else r.subscribed_time)
             for r in spark.read.format("delta").load(path).collect()}
 
 
 def index_rows(index) -> dict:
     out = {}
     for line in index.rows():
-        peer, bridge, pubsub, content, protocol, rid, live = line.split("\t")
-        out[(peer, bridge, pubsub, content)] = (protocol, rid, float(live))
+        peer, bridge, pubsub, content, protocol, rid, live, subscribed = line.split("\t")
+        out[(peer, bridge, pubsub, content)] = (protocol, rid, float(live), float(subscribed))
     return out
 
 

@@ -3,6 +3,7 @@
 MERGE of the result is tested in tests/integration/test_filter_spark.py."""
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from pipeline.filter.batch_effect import RESTART_PEER, Row, decode, effect, touched
@@ -48,9 +49,16 @@ def test_subscribe_then_unsubscribe_in_kafka_order():
         ("p", "B", "a"): (101.0, 100.0, "r")}  # the UNSUBSCRIBE refreshed what p keeps
 
 
-def test_a_resubscribe_keeps_subscribed_time_and_never_lowers_last_refresh():
+def test_a_resubscribe_moves_subscribed_time_to_it_and_never_lowers_last_refresh():
+    """subscribed_time is the latest SUBSCRIBE naming the row (a bridge restart's rule reads it)."""
     got = fold([row("p", "a", 150.0)], ev("p", S, ["a"], 120, rid="r2"))
-    assert got == {("p", "B", "a"): (150.0, 50.0, "r2")}
+    assert got == {("p", "B", "a"): (150.0, 120.0, "r2")}
+    # never lowered either (one peer's events are in order; a bridge's clock may step back)
+    assert fold([row("p", "a", 150.0, since=130.0)], ev("p", S, ["a"], 120, rid="r2")) == {
+        ("p", "B", "a"): (150.0, 130.0, "r2")}
+    # a row written without one (null) takes the SUBSCRIBE's
+    assert fold([dataclasses.replace(row("p", "a", 150.0), subscribed_time=None)], ev("p", S, ["a"], 120)) == {
+        ("p", "B", "a"): (150.0, 120.0, "r")}
 
 
 def test_reset_removes_the_peers_rows_at_that_bridge_only_before_it():
@@ -137,6 +145,20 @@ def test_a_bridge_restart_drops_what_its_earlier_run_left():
     pairs, restarts = touched(events)
     assert pairs == {("p", "B")} and restarts == {"B": 200.0}
     assert fold(current, *values) == {("p", "B", "a"): (201.0, 201.0, "r"), ("q", "C", "a"): (150.0, 50.0, "old")}
+
+
+def test_a_restart_read_after_the_new_runs_subscribe_drops_the_old_runs_rows():
+    """The restart record (one partition) read in a later batch than the new run's first
+    SUBSCRIBE (another): that SUBSCRIBE refreshed every row of the peer, its old run's too, so the
+    restart goes by when a row was last subscribed, not refreshed (null: before any restart)."""
+    current = [row("p", "a", 150.0, since=100.0), row("p", "gone", 150.0, since=100.0),
+               dataclasses.replace(row("r", "a", 150.0), subscribed_time=None), row("q", "a", 150.0, bridge="C")]
+    first = fold(current, ev("p", S, ["a"], 201, rid="new"), ev("p", REF, t=250))
+    assert first == {("p", "B", "a"): (250.0, 201.0, "new"), ("p", "B", "gone"): (250.0, 100.0, "old"),
+                     ("r", "B", "a"): (150.0, None, "old"), ("q", "C", "a"): (150.0, 50.0, "old")}
+    after = [Row(p, PT, c, b, "v2", rid, since, last) for (p, b, c), (last, since, rid) in first.items()]
+    assert fold(after, ev(RESTART_PEER, RESTART, t=200)) == {("p", "B", "a"): (250.0, 201.0, "new"),
+                                                             ("q", "C", "a"): (150.0, 50.0, "old")}
 
 
 def test_a_replayed_batch_writes_nothing_new():

@@ -24,13 +24,16 @@ SEEDS = [SEED, 1, 2, 3, 20261202, *([int(os.environ["WAKU_TWINS_SEED"])] if os.e
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_bridge_and_the_table_hold_the_same_criteria_after_every_step(seed):
     print(f"seed {seed}")
-    held = 0
+    held = compared = 0
     for s in Twins(seed, STEPS).run():
+        assert s.replayed_changes in (None, 0), f"seed {seed} step {s.index}: a replayed batch changed rows"
+        if s.held:  # a partition read late: the table lags the bridge until it is read
+            continue
+        compared += 1
         diff = sorted(("bridge only: " if c in s.bridge else "table only: ") + line(c) for c in s.bridge ^ s.table)
         assert not diff, f"seed {seed} step {s.index} ({s.what}) at {s.now}:\n" + "\n".join(diff)
-        assert s.replayed_changes in (None, 0), f"seed {seed} step {s.index}: a replayed batch changed rows"
         held += bool(s.bridge)
-    assert held > STEPS // 2  # a sequence that holds something most of the time
+    assert held > STEPS // 2 and compared > STEPS * 3 // 4  # holds something, compared, most of the time
 
 
 def test_the_sequence_reaches_the_edge_cases():
@@ -69,6 +72,10 @@ def test_the_sequence_reaches_the_edge_cases():
             revived += 1
             del lost[e.peer_id, e.bridge_id]
     assert revived > 0
+    # a bridge restart whose record was read late: a batch with a SUBSCRIBE of the new run, of a
+    # peer the earlier run held, committed before it (the new run's refresh of the old criteria
+    # must not keep them)
+    assert twins.read_ahead > 0 and sum(s.held for s in steps) > 0
 
 
 def test_the_committed_vectors_are_the_generators():

@@ -56,8 +56,12 @@ import java.util.concurrent.atomic.AtomicLong;
  * expired); UNSUBSCRIBE deletes them and refreshes the peer's others
  * (nwaku's removeSubscription sets {@code lastSeen} too); UNSUBSCRIBE_ALL and EXPIRE delete all the
  * peer's criteria at that bridge; REFRESH raises the peer's refresh time; BRIDGE_RESTART (peer "*") deletes the
- * bridge's criteria last refreshed before its time (and an event of that bridge older than its
- * latest restart, read later from another partition, is ignored). A criterion is live while
+ * bridge's criteria last <em>subscribed</em> before its time (each criterion keeps its latest SUBSCRIBE's
+ * time, the table's {@code subscribed_time}: the restarted bridge holds nothing until a client
+ * subscribes, but a SUBSCRIBE, PING or UNSUBSCRIBE of its new run refreshes all the peer's criteria,
+ * those of its earlier run too, and may be read before the restart record, from another
+ * partition); an event of that bridge older than its latest restart, read later from another
+ * partition, is ignored. A criterion is live while
  * max(its time, its peer's refresh) is within the TTL. Events without peer or bridge, or a
  * BRIDGE_RESTART naming a peer, are skipped (as the job's decode_events does).
  *
@@ -82,15 +86,19 @@ public final class CriteriaIndex {
     final Peer peer;
     final String protocol;
     final String requestId;
+    /** The latest SUBSCRIBE naming it, or the snapshot's last_refresh (its live time with the peer's refresh). */
     final double time;
+    /** The latest SUBSCRIBE naming it (the table's subscribed_time; -Infinity when the snapshot has none). */
+    final double subscribed;
     /** This subscriber as a fan-out PushRecord's field 10 entry, made at first use. */
     private byte[] target;
 
-    Sub(Peer peer, String protocol, String requestId, double time) {
+    Sub(Peer peer, String protocol, String requestId, double time, double subscribed) {
       this.peer = peer;
       this.protocol = protocol;
       this.requestId = requestId;
       this.time = time;
+      this.subscribed = subscribed;
     }
 
     byte[] target() {
@@ -422,7 +430,7 @@ public final class CriteriaIndex {
         p = peer(peerId, bridgeId, !contents.isEmpty());
         if (p != null) {
           for (String c : contents) {
-            put(p, pubsub, c, protocol, requestId, time);
+            put(p, pubsub, c, protocol, requestId, time, time);
           }
           refresh(p, time);  // the peer's other criteria stay live as long as these
         }
@@ -459,7 +467,7 @@ public final class CriteriaIndex {
         HashSet<Peer> ps = byBridge.get(bridgeId);
         if (ps != null) {
           for (Peer p : new ArrayList<>(ps)) {
-            removeAll(p, time);
+            removeSubscribedBefore(p, time);
           }
         }
         break;
@@ -524,19 +532,22 @@ public final class CriteriaIndex {
     }
   }
 
-  private void put(Peer p, String pubsub, String content, String protocol, String requestId, double time) {
+  /** Upserts a criterion: `time` its live time, `subscribed` its SUBSCRIBE's time (neither lowered). */
+  private void put(Peer p, String pubsub, String content, String protocol, String requestId, double time,
+      double subscribed) {
     ConcurrentHashMap<String, Sub[]> byContent = byTopic.computeIfAbsent(pubsub, k -> new ConcurrentHashMap<>());
     Sub[] subs = byContent.getOrDefault(content, NONE);
     for (int i = 0; i < subs.length; i++) {
       if (subs[i].peer == p) {
         Sub[] copy = subs.clone();
-        copy[i] = new Sub(p, protocol, requestId, Math.max(time, subs[i].time));
+        copy[i] = new Sub(p, protocol, requestId, Math.max(time, subs[i].time),
+            Math.max(subscribed, subs[i].subscribed));
         byContent.put(content, copy);
         return;
       }
     }
     Sub[] grown = Arrays.copyOf(subs, subs.length + 1);
-    grown[subs.length] = new Sub(p, protocol, requestId, time);
+    grown[subs.length] = new Sub(p, protocol, requestId, time, subscribed);
     byContent.put(content, grown);
     p.crits.computeIfAbsent(pubsub, k -> new HashSet<>()).add(content);
     criteria++;
@@ -591,6 +602,22 @@ public final class CriteriaIndex {
     dropIfEmpty(p);
   }
 
+  /** A bridge restart at `restart`: removes the peer's criteria no SUBSCRIBE named since (those
+   *  of the bridge's earlier run, however recently the new run refreshed the peer). */
+  private void removeSubscribedBefore(Peer p, double restart) {
+    for (Map.Entry<String, HashSet<String>> e : new ArrayList<>(p.crits.entrySet())) {
+      String pubsub = e.getKey();
+      ConcurrentHashMap<String, Sub[]> byContent = byTopic.get(pubsub);
+      for (String content : new ArrayList<>(e.getValue())) {
+        Sub s = find(byContent, content, p);
+        if (s == null || s.subscribed < restart) {
+          remove(p, pubsub, content);
+        }
+      }
+    }
+    dropIfEmpty(p);
+  }
+
   private static Sub find(ConcurrentHashMap<String, Sub[]> byContent, String content, Peer p) {
     if (byContent == null) {
       return null;
@@ -623,7 +650,8 @@ public final class CriteriaIndex {
   }
 
   /** Snapshot lines: base64(peer) \t base64(bridge) \t base64(pubsub) \t base64(content) \t
-   *  base64(protocol) \t base64(request id) \t last_refresh. */
+   *  base64(protocol) \t base64(request id) \t last_refresh \t subscribed_time (empty when null:
+   *  before any restart; a line without it, of an earlier writer, is read so too). */
   private synchronized void loadSnapshot() throws IOException {
     Configuration conf = hadoopConf();
     Path dir = new Path(snapshot);
@@ -644,7 +672,7 @@ public final class CriteriaIndex {
         String line;
         while ((line = r.readLine()) != null) {
           String[] c = line.split("\t", -1);
-          if (c.length != 7) {
+          if (c.length != 7 && c.length != 8) {
             continue;
           }
           String peerId = text(b64, c[0], intern);
@@ -654,7 +682,8 @@ public final class CriteriaIndex {
           String protocol = text(b64, c[4], intern);
           String requestId = text(b64, c[5], null);
           double time = Double.parseDouble(c[6]);
-          put(peer(peerId, bridgeId, true), pubsub, content, protocol, requestId, time);
+          double subscribed = c.length < 8 || c[7].isEmpty() ? Double.NEGATIVE_INFINITY : Double.parseDouble(c[7]);
+          put(peer(peerId, bridgeId, true), pubsub, content, protocol, requestId, time, subscribed);
           rows++;
         }
       }
@@ -772,15 +801,16 @@ public final class CriteriaIndex {
     last = idx;
   }
 
-  /** Every criterion held, live or not: "peer\tbridge\tpubsub\tcontent\tprotocol\trequest id\tlive time"
-   *  lines (live time = max(criterion time, peer refresh)). */
+  /** Every criterion held, live or not: "peer\tbridge\tpubsub\tcontent\tprotocol\trequest id\tlive time\t
+   *  subscribed time" lines (live time = max(criterion time, peer refresh); subscribed time = its latest
+   *  SUBSCRIBE's, -Infinity for a snapshot row without one). */
   public synchronized List<String> rows() {
     List<String> out = new ArrayList<>();
     for (Map.Entry<String, ConcurrentHashMap<String, Sub[]>> t : byTopic.entrySet()) {
       for (Map.Entry<String, Sub[]> c : t.getValue().entrySet()) {
         for (Sub s : c.getValue()) {
           out.add(s.peer.peerId + "\t" + s.peer.bridgeId + "\t" + t.getKey() + "\t" + c.getKey() + "\t"
-              + s.protocol + "\t" + s.requestId + "\t" + Math.max(s.time, s.peer.refresh));
+              + s.protocol + "\t" + s.requestId + "\t" + Math.max(s.time, s.peer.refresh) + "\t" + s.subscribed);
         }
       }
     }

@@ -80,8 +80,8 @@ class CriteriaIndexTest {
     List<String> rows = idx.rows();
     rows.sort(null);
     assertEquals(List.of(
-        "16Uiu2peer\tbridge-a\t" + TOPIC + "\t/a/1/x/proto\tv2\tr1\t1.7326152005E9",
-        "16Uiu2peer\tbridge-a\t" + TOPIC + "\t/a/1/y/proto\tv2\tr1\t1.7326152005E9"), rows);
+        "16Uiu2peer\tbridge-a\t" + TOPIC + "\t/a/1/x/proto\tv2\tr1\t1.7326152005E9\t1.7326152005E9",
+        "16Uiu2peer\tbridge-a\t" + TOPIC + "\t/a/1/y/proto\tv2\tr1\t1.7326152005E9\t1.7326152005E9"), rows);
   }
 
   @Test
@@ -227,26 +227,49 @@ class CriteriaIndexTest {
   }
 
   @Test
-  void aBridgeRestartRemovesItsCriteriaLastRefreshedBefore() throws IOException {
+  void aBridgeRestartRemovesItsCriteriaLastSubscribedBefore() throws IOException {
     CriteriaIndex idx = index();
     double t = now();
     idx.applyEvent(event("p1", "b1", CriteriaIndex.OP_SUBSCRIBE, t - 10, "/a"));
     idx.applyEvent(event("p2", "b1", CriteriaIndex.OP_SUBSCRIBE, t - 10, "/a"));
+    idx.applyEvent(event("p3", "b1", CriteriaIndex.OP_SUBSCRIBE, t - 10, "/a", "/gone"));
+    idx.applyEvent(event("p4", "b2", CriteriaIndex.OP_SUBSCRIBE, t - 10, "/a"));
+    // the new run's events (at >= the restart) read before its restart record (another partition):
+    // p2 subscribes to /b, refreshing its old /a too; p3 to /a again, refreshing its old /gone
+    idx.applyEvent(event("p2", "b1", CriteriaIndex.OP_SUBSCRIBE, t - 4, "/b"));
     idx.applyEvent(event("p2", "b1", CriteriaIndex.OP_REFRESH, t - 1));
     idx.applyEvent(event("p3", "b1", CriteriaIndex.OP_SUBSCRIBE, t - 1, "/a"));
-    idx.applyEvent(event("p4", "b2", CriteriaIndex.OP_SUBSCRIBE, t - 10, "/a"));
     assertTrue(idx.applyEvent(event(CriteriaIndex.RESTART_PEER, "b1", CriteriaIndex.OP_BRIDGE_RESTART, t - 5)));
-    assertEquals(List.of("p2@b1", "p3@b1", "p4@b2"), peers(idx, "/a"));
+    assertEquals(List.of("p3@b1", "p4@b2"), peers(idx, "/a"));  // p1's and p2's /a were the earlier run's
+    assertEquals(List.of("p2@b1"), peers(idx, "/b"));
+    assertEquals(List.of(), peers(idx, "/gone"));
 
     // An event of the bridge's earlier run, read after the restart from another partition: ignored.
     assertTrue(idx.applyEvent(event("p5", "b1", CriteriaIndex.OP_SUBSCRIBE, t - 6, "/a")));
-    assertEquals(List.of("p2@b1", "p3@b1", "p4@b2"), peers(idx, "/a"));
+    assertEquals(List.of("p3@b1", "p4@b2"), peers(idx, "/a"));
     idx.applyEvent(event("p5", "b1", CriteriaIndex.OP_SUBSCRIBE, t - 4, "/a"));
-    assertEquals(List.of("p2@b1", "p3@b1", "p4@b2", "p5@b1"), peers(idx, "/a"));
+    assertEquals(List.of("p3@b1", "p4@b2", "p5@b1"), peers(idx, "/a"));
     // An older restart read later does not lower the mark.
     idx.applyEvent(event(CriteriaIndex.RESTART_PEER, "b1", CriteriaIndex.OP_BRIDGE_RESTART, t - 20));
     assertTrue(idx.applyEvent(event("p6", "b1", CriteriaIndex.OP_SUBSCRIBE, t - 6, "/a")));
     assertFalse(peers(idx, "/a").contains("p6@b1"));
+  }
+
+  @Test
+  void aRestartGoesBySnapshotRowsSubscribedTime(@TempDir Path dir) throws IOException {
+    // the snapshot's subscribed_time (its 8th field; empty for null, and a 7-field line has none:
+    // both older than any restart), not its last_refresh, which a new run's event may have raised
+    double t = now();
+    Files.writeString(dir.resolve("part-00000.txt"), row("p1", "b1", TOPIC, "/a", "v2", "r1", t) + "\t" + (t - 1) + "\n"
+        + row("p1", "b1", TOPIC, "/old", "v2", "r0", t) + "\t" + (t - 100) + "\n"
+        + row("p2", "b1", TOPIC, "/a", "v2", "r2", t) + "\t\n" + row("p3", "b1", TOPIC, "/a", "v2", "r3", t) + "\n"
+        + row("p4", "b2", TOPIC, "/a", "v2", "r4", t) + "\t" + (t - 100) + "\n");
+    CriteriaIndex idx = CriteriaIndex.offline("{\"ttl_s\": " + TTL + ", \"snapshot\": \"" + dir.toUri() + "\"}");
+    assertEquals(5, idx.snapshotRows);
+    assertEquals(List.of("p1@b1", "p2@b1", "p3@b1", "p4@b2"), peers(idx, "/a"));
+    idx.applyEvent(event(CriteriaIndex.RESTART_PEER, "b1", CriteriaIndex.OP_BRIDGE_RESTART, t - 10));
+    assertEquals(List.of("p1@b1", "p4@b2"), peers(idx, "/a"));
+    assertEquals(List.of(), peers(idx, "/old"));
   }
 
   @Test

@@ -25,7 +25,9 @@ import org.junit.jupiter.api.io.TempDir;
  * jvm/test/make_subscription_vectors.py) replayed event by event; after every step the criteria
  * live at the step's time must be those the bridge holds. A filter job restart builds a new index
  * as the job does: the snapshot of the subscriptions table, then the events from the committed
- * offset. The Python side (tests/unit/test_filter_twins.py) checks the subscriptions job's fold
+ * offset. Events come in the order the jobs read them: a bridge restart's record is read late at
+ * times, after its new run's first events; while a partition is held back ("held") the index lags
+ * the bridge, and the step is not compared. The Python side (tests/unit/test_filter_twins.py) checks the subscriptions job's fold
  * against the same sequence.
  */
 class CriteriaIndexTwinsTest {
@@ -48,7 +50,8 @@ class CriteriaIndexTwinsTest {
       for (int i = 0; i < 6; i++) {
         sb.append(b64(r.get(i).asText())).append('\t');
       }
-      sb.append(Double.toString(r.get(6).asDouble())).append('\n');
+      sb.append(Double.toString(r.get(6).asDouble())).append('\t');
+      sb.append(r.get(7).isNull() ? "" : Double.toString(r.get(7).asDouble())).append('\n');  // subscribed_time
     }
     Files.writeString(dir.resolve("part-00000.txt"), sb.toString());
     Files.writeString(dir.resolve("_SUCCESS"), "");
@@ -68,6 +71,7 @@ class CriteriaIndexTwinsTest {
     int index = 0;
     int rebuilds = 0;
     int nonEmpty = 0;
+    int held = 0;
     for (JsonNode step : root.get("steps")) {
       double now = step.get("now").asDouble();
       List<byte[]> events = new ArrayList<>();
@@ -93,14 +97,19 @@ class CriteriaIndexTwinsTest {
       if (step.path("purge").asBoolean(false)) {
         idx.purgeExpired(now);
       }
+      index++;
+      if (step.path("held").asBoolean(false)) {
+        held++;
+        continue;
+      }
       List<String> want = new ArrayList<>();
       step.get("criteria").forEach(c -> want.add(c.asText()));
       assertEquals(want, idx.liveAt(now), what);
       if (!want.isEmpty()) {
         nonEmpty++;
       }
-      index++;
     }
-    assertTrue(rebuilds > 0 && nonEmpty > index / 2, rebuilds + " rebuilds, " + nonEmpty + " steps with criteria");
+    assertTrue(rebuilds > 0 && nonEmpty > index / 2 && held > 0,
+        rebuilds + " rebuilds, " + nonEmpty + " steps with criteria, " + held + " held back");
   }
 }
