@@ -3,8 +3,9 @@ store v3 queries, the same number of clients in their own processes, one after t
 machine.
 
     .venv/bin/python tests/benchmarks/store_vs_postgres.py [--quick] [--rows N] [--clients 16]
-        [--seconds S] [--rate R[,R2,...]] [--servers K] [--pg-writers W] [--skip query|ingest|ours-ingest|retention]
-        [--ours-ingest-args "..."] [--keep DIR]
+        [--seconds S] [--rate R[,R2,...]] [--servers K] [--cache-mb MB] [--preload-mb MB]
+        [--pg-writers W] [--skip query|ingest|ours-ingest|retention] [--ours-ingest-args "..."]
+        [--keep DIR]
 
 1. The rows: `store_query.py`'s generator (8 pubsub topics, 40 content topics of Zipf-like
    popularity, 64-byte payloads, two days of received_time ending now) writes N rows into a Delta
@@ -316,11 +317,14 @@ class Ours:
     """Our store server processes (one by default: one bridge's store service) and go-waku
     clients, round-robin over the servers."""
 
-    def __init__(self, table: str, go_bin: str, plan: Path, clients: int, servers: int = 1) -> None:
+    def __init__(self, table: str, go_bin: str, plan: Path, clients: int, servers: int = 1,
+                 cache_mb: int | None = None, preload_mb: int | None = None) -> None:
         shipped = sq.shipped_defaults()
+        cache_mb = shipped["cache_mb"] if cache_mb is None else cache_mb
+        preload_mb = shipped["preload_mb"] if preload_mb is None else preload_mb
         self.servers = [subprocess.Popen(
-            [sys.executable, sq.__file__, "--serve", table, "--cache-mb", str(shipped["cache_mb"]),
-             "--threads", str(shipped["threads"]), "--preload-mb", str(shipped["preload_mb"])],
+            [sys.executable, sq.__file__, "--serve", table, "--cache-mb", str(cache_mb),
+             "--threads", str(shipped["threads"]), "--preload-mb", str(preload_mb)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT) for _ in range(servers)]
         self.addrs = []
         for server in self.servers:
@@ -516,6 +520,8 @@ def main() -> int:
     ap.add_argument("--rate", default="", help="open-loop pages/s after the closed-loop run (comma-separated)")
     ap.add_argument("--servers", type=int, default=1,
                     help="our store server processes (default 1: one bridge's store service; K: K bridges)")
+    ap.add_argument("--cache-mb", type=int, help="our store service's cache (default: shipped, store_service.cache_mb)")
+    ap.add_argument("--preload-mb", type=int, help="its preload (default: shipped, store_service.preload_mb)")
     ap.add_argument("--pg-writers", type=int, default=4, help="nwaku InsertRow writer processes (connections)")
     ap.add_argument("--skip", action="append", default=[], choices=["query", "ingest", "ours-ingest", "retention"],
                     help="leave out a part (repeatable); ours-ingest: store_ingest.py's run only")
@@ -591,10 +597,11 @@ def main() -> int:
 
         if "query" not in args.skip or "retention" not in args.skip:
             log("starting our store server")
-            ours = Ours(table, go_bin, plan, clients, args.servers)
+            ours = Ours(table, go_bin, plan, clients, args.servers, args.cache_mb, args.preload_mb)
             theirs = Theirs(pg, plan, clients)
             out["ours_startup"] = sq.server_stats(ours.servers)
             out["ours_servers"] = args.servers
+            out["ours_cache_mb"], out["ours_preload_mb"] = args.cache_mb, args.preload_mb  # None: shipped
 
         # -- queries
         if "query" not in args.skip:
