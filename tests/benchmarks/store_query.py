@@ -358,7 +358,7 @@ def client_ready(p: subprocess.Popen, kind: str) -> bool:
 
 def client_result(p: subprocess.Popen, kind: str) -> dict:
     """{latencies (s), elapsed, cpu_s, pages, messages, errors, late, max_lag_s} of one client
-    process."""
+    process (and a go-waku client's `starts`)."""
     if kind != "go":
         line = p.stdout.readline()
         if not line.startswith("RESULT "):
@@ -372,7 +372,9 @@ def client_result(p: subprocess.Popen, kind: str) -> dict:
             return {"latencies": [x / 1000 for x in event["latencies_ms"]], "elapsed": event["elapsed_s"],
                     "cpu_s": event["cpu_s"], "pages": event["pages"], "messages": event["messages"],
                     "errors": event["errors"], "last_error": event.get("last_error"),
-                    "late": event.get("late", 0), "max_lag_s": event.get("max_lag_ms", 0) / 1000}
+                    "late": event.get("late", 0), "max_lag_s": event.get("max_lag_ms", 0) / 1000,
+                    # with store-bench --times: each page's due time (unix s)
+                    "starts": [x / 1000 for x in event.get("starts_unix_ms") or []]}
     raise SystemExit("a go-waku client exited without a summary")
 
 

@@ -273,6 +273,32 @@ def result_of(p: subprocess.Popen) -> dict:
     return json.loads(line[len("RESULT "):])
 
 
+def run_together(procs: list[subprocess.Popen], pg) -> tuple[list[dict], float]:
+    """Start `procs` (pg clients or writers) together once all are READY; their RESULTs and the
+    CPU seconds PostgreSQL's processes spent meanwhile (read while their connections are open:
+    a backend's CPU goes with it); then BYE, and every process is reaped."""
+    try:
+        for p in procs:
+            ready(p)
+        pids = pg.pids()
+        cpu0 = proc_cpu_s(pids)
+        for p in procs:
+            p.stdin.write("GO\n")
+            p.stdin.flush()
+        results = [result_of(p) for p in procs]
+        cpu = proc_cpu_s(pids) - cpu0
+        for p in procs:
+            p.stdin.write("BYE\n")
+            p.stdin.flush()
+            p.wait(timeout=30)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    return results, cpu
+
+
 # --- the runs -------------------------------------------------------------------------------
 
 def summarize(rate: float, results: list[dict], server_cpu_s: float) -> dict:
@@ -351,7 +377,7 @@ class Ours:
             for p in procs:
                 p.stdin.write("GO\n")
                 p.stdin.flush()
-            results = [go_result(p) for p in procs]
+            results = [sq.client_result(p, "go") for p in procs]
             after = sq.server_stats(self.servers)
         finally:
             for p in procs:
@@ -372,21 +398,6 @@ class Ours:
                     server.wait()
 
 
-def go_result(p: subprocess.Popen) -> dict:
-    """store_query.client_result's figures and, with --times, each page's due time (unix s)."""
-    for line in p.stdout:
-        event = json.loads(line)
-        if event.get("event") == "summary":
-            if not event.get("ok"):
-                raise SystemExit(f"a go-waku client failed: {event.get('error')}")
-            return {"latencies": [x / 1000 for x in event["latencies_ms"]], "elapsed": event["elapsed_s"],
-                    "cpu_s": event["cpu_s"], "pages": event["pages"], "messages": event["messages"],
-                    "errors": event["errors"], "last_error": event.get("last_error"),
-                    "late": event.get("late", 0), "max_lag_s": event.get("max_lag_ms", 0) / 1000,
-                    "starts": [x / 1000 for x in event.get("starts_unix_ms") or []]}
-    raise SystemExit("a go-waku client exited without a summary")
-
-
 class Theirs:
     """nwaku's archive: the PostgreSQL cluster and SQL client processes."""
 
@@ -396,25 +407,7 @@ class Theirs:
     def run(self, seconds: float, rate: float, times: bool = False) -> tuple[dict, list[dict]]:
         procs = [spawn("--pg-client", {"dsn": self.server.dsn, "plan": str(self.plan), "seconds": seconds,
                                        "rate": rate / self.clients, "seed": i}) for i in range(self.clients)]
-        try:
-            for p in procs:
-                ready(p)
-            pids = self.server.pids()
-            cpu0 = proc_cpu_s(pids)
-            for p in procs:
-                p.stdin.write("GO\n")
-                p.stdin.flush()
-            results = [result_of(p) for p in procs]
-            cpu = proc_cpu_s(pids) - cpu0
-            for p in procs:
-                p.stdin.write("BYE\n")
-                p.stdin.flush()
-                p.wait(timeout=30)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                p.wait()
+        results, cpu = run_together(procs, self.server)
         return summarize(rate, results, cpu), results
 
 
@@ -658,25 +651,7 @@ def pg_ingest(pg, writers: int, seconds: float, end_t: float) -> dict:
     """nwaku's InsertRow from `writers` processes, closed loop (messages newer than the table's)."""
     procs = [spawn("--pg-writer", {"dsn": pg.dsn, "seconds": seconds, "seed": 1 + i,
                                    "start_ns": int((end_t + 60) * 1e9)}) for i in range(writers)]
-    try:
-        for p in procs:
-            ready(p)
-        pids = pg.pids()
-        cpu0 = proc_cpu_s(pids)
-        for p in procs:
-            p.stdin.write("GO\n")
-            p.stdin.flush()
-        results = [result_of(p) for p in procs]
-        cpu = proc_cpu_s(pids) - cpu0
-        for p in procs:
-            p.stdin.write("BYE\n")
-            p.stdin.flush()
-            p.wait(timeout=30)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+    results, cpu = run_together(procs, pg)
     n = sum(r["rows"] for r in results)
     elapsed = max(r["elapsed"] for r in results)
     ins = latency_summary([x * 1000 for r in results for x in r["inserts"]], n, digits=2)
