@@ -154,6 +154,7 @@ class StoreServer:
         self._per_peer = PeerBuckets(rate, 2 * rate)
         self._in_flight: dict[str, int] = {}  # peer -> its queries being answered now (_serve)
         self.follower: TailFollower | None = None  # the fresh tail's Kafka consumer (start())
+        self._late_logged: object = None  # the wake whose slow catch-up was logged (_caught_up)
 
     @classmethod
     def start(cls, host: IHost, settings: StoreServiceSettings,
@@ -350,6 +351,11 @@ class StoreServer:
         deadline = trio.current_time() + (tail.ready_wait_s if tail is not None else 0.0)
         while not wanted.is_set() and trio.current_time() < deadline:
             await trio.sleep(0.002 if self.follower.ready.is_set() else 0.02)
+        if not wanted.is_set() and self._late_logged is not wanted:
+            self._late_logged = wanted  # one line per wake, not one per query
+            log.warning("store tail: not caught up with Kafka after %g s; queries answered from what "
+                        "it holds (%s)", tail.ready_wait_s if tail is not None else 0.0,
+                        "ready" if self.follower.ready.is_set() else "still starting: refused")
         return wanted.is_set() or self.follower.ready.is_set()
 
     async def _blocking(self, fn: Callable[..., _T], *args: object) -> _T:

@@ -59,6 +59,9 @@ Key = tuple[float, bytes, bytes]  # (received_time, digest, message_hash)
 TAKE_MAX = 5000  # records the consumer thread takes in at once
 IDLE_POLL_S = 0.5  # a poll's longest wait for a first record: how often an idle loop wakes
 TAKE_INTERVAL_S = 0.005  # ... and at most this often, counted from the last take's start (see consumer_config)
+# A following session's longest fetch hold (the broker answers at the first record): while queries
+# come, 2 empty fetches a second; a catch-up behind a held fetch waits at most this (see consumer_config).
+FOLLOW_FETCH_WAIT_MS = 500
 _CHUNK = 500  # messages taken in per hold of the tail's lock
 # Messages forgotten, Kafka arrivals swept and stale keys trimmed per hold of the tail's lock
 # after a commit (~1-2 ms of work): inserts and queries wait for one such hold at most, whatever
@@ -554,11 +557,14 @@ class TailFollower(Follower):
         loop takes at most every TAKE_INTERVAL_S: under load ~200 batches a second, not many of a
         few (the tail's cost per batch: the table check, the lock, the merges), at most ~5 ms more
         on a message's way to the tail (measured: p50 8 ms at 1,000 and 10,000 msg/s, as with a
-        10 ms fetch wait; docs/decisions.md, issue 41). An idle session's fetch is answered after
-        idle_fetch_s, or sooner once 1 MiB is there."""
+        10 ms fetch wait; docs/decisions.md, issue 41). A following session's fetch is answered at
+        the first record, else after FOLLOW_FETCH_WAIT_MS: a fetch the broker holds (the one in
+        flight when a session begins, or the only one librdkafka sends after a fetch error backed a
+        partition off) delays a catch-up by at most that, well inside ready_wait_s. An idle
+        session's fetch is answered after idle_fetch_s, or sooner once 1 MiB is there."""
         s = self.settings
         extra: dict[str, Any] = {"fetch.wait.max.ms": max(1, round(s.idle_fetch_s * 1000)),
-                                 "fetch.min.bytes": 1 << 20} if idle else {}
+                                 "fetch.min.bytes": 1 << 20} if idle else {"fetch.wait.max.ms": FOLLOW_FETCH_WAIT_MS}
         # Reaching a partition's end is reported (the tail is `ready` once every partition has
         # been read up to where it ended at start).
         return follower_config(s.bootstrap_servers, "waku-store-tail", s.client_options, **{
