@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     settings, spark_settings = setup_job(args, FilterJobSettings.from_config)
     spark = build_session(spark_settings, "filter")
     metrics = start_metrics(spark, settings.metrics)
-    if metrics is not None and settings.criteria == "resident":
+    if metrics is not None:
         metrics.registry.register(IndexCollector(spark))
     try:
         query = start_filter_query(spark, settings, metrics=metrics)

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("store query started: %s -> %s", settings.store.topic,
                  settings.store.warehouse.table_path("messages"))
         sc.setLocalProperty("spark.scheduler.pool", "filter")
-        if metrics["filter"] is not None and settings.filter.criteria == "resident":
+        if metrics["filter"] is not None:
             metrics["filter"].registry.register(IndexCollector(spark))
         queries.append(start_filter_query(spark, settings.filter, metrics=metrics["filter"]))
         sc.setLocalProperty("spark.scheduler.pool", None)

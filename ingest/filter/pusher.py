@@ -155,11 +155,11 @@ class Dedup:
     admitted (a high-water mark: one integer per partition, however long a replay is).
 
     The mark is sound because the filter job writes a source partition's records of a peer in
-    offset order wherever it sets the coordinates (pipeline/filter/matching.source_ordered): a
+    offset order (a lookup and an explode, no shuffle: pipeline/filter/matching.py): a
     record at or below the mark comes again from a restarted or retried filter task (its replay
     of up to an epoch, beyond any hash memory). Records from different partitions interleave
     freely. The hashes stay for what the mark cannot see: the same message relayed by two
-    bridges (two source records) and records without coordinates (a shuffled join)."""
+    bridges (two source records) and records without coordinates (none from today's filter job)."""
 
     def __init__(self, size: int) -> None:
         self.size = size

@@ -1,25 +1,20 @@
-"""The filter job: waku.messages (stream) ⋈ Delta `subscriptions` (static) on
-(pubsub_topic, content_topic) -> PushRecords on waku.push.<bridge_id> via Spark's Kafka sink.
+"""The filter job: waku.messages (stream) looked up in the resident criteria index
+(pipeline/filter/criteria.py, one per executor JVM) -> PushRecords on waku.push.<bridge_id> via
+Spark's Kafka sink. One matcher: the stream-static join with Delta `subscriptions` that DESIGN.md
+draws was removed (docs/decisions.md, "Filter: resident criteria instead of the stream-static join").
 
-* The join is a plain equi-join; Spark picks broadcast-hash or sort-merge from the table's
-  size (spark.sql.autoBroadcastJoinThreshold): `explain_join` reports which.
-* The static side is a Delta table read: every micro-batch plans against the latest snapshot,
-  so a new subscription takes effect at the first batch after the subscriptions job commits it.
-  Criteria past the TTL (`last_refresh` older than filter.subscription_ttl_s at the batch's
-  time) are filtered out at read time, before the subscriptions job deletes them.
-* Ephemeral messages are matched and pushed like any other.
 * No Python on the hot path: IngestRecords are read by the JVM UDF FilterKeys (the topics and
-  the message hash, nothing else) and the PushRecord bytes are built by the JVM UDFs
-  PushFanoutEncode and PushEncode (jvm/src/waku/pipeline/), which copy the WakuMessage bytes as
-  relayed.
-* Each PushRecord carries its source record's Kafka partition and offset in waku.messages where
-  the plan keeps a source partition's records in offset order to the sink (`source_ordered`):
-  the bridge's pusher drops a record at or below the highest offset it already pushed to that
-  peer from that partition, which is what a restarted or retried task's replay is.
+  the message hash, nothing else) and the PushRecord bytes are built by the JVM UDF
+  PushFanoutEncode (jvm/src/waku/pipeline/), which copies the WakuMessage bytes as relayed.
+* Ephemeral messages are matched and pushed like any other.
+* Each PushRecord carries its source record's Kafka partition and offset in waku.messages: the
+  plan is a lookup and an explode, no shuffle, so each source partition's records reach the sink
+  in offset order, and the bridge's pusher drops a record at or below the highest offset it
+  already pushed to that peer from that partition, which is what a restarted or retried task's
+  replay is. The Kafka source must not split a partition's range across tasks (its
+  minPartitions option, which kafka_io does not set).
 * Trigger: micro-batch (processingTime filter.trigger_seconds) or Spark's real-time mode
-  (filter.trigger = "realtime"), selected by configuration. Real-time mode admits no shuffle
-  (SortMergeJoin is refused), so there the criteria are broadcast explicitly, and the static side
-  is re-read once per epoch (filter.realtime_checkpoint_interval), not per record.
+  (filter.trigger = "realtime"), selected by configuration.
 """
 from __future__ import annotations
 
@@ -33,20 +28,17 @@ from pyspark.sql import types as T
 from core.config import ConfigError
 from pipeline.filter.criteria import fanouts, prepare_index, register_fanout, warm_up
 from pipeline.filter.settings import FilterJobSettings
-from pipeline.filter.subscriptions import ensure_subscriptions_table
 from pipeline.spark.kafka_io import kafka_options, read_topic_stream
 from pipeline.spark.session import delete_path, register_java_function
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from pipeline.spark.metrics import JobMetrics
 
 log = logging.getLogger("waku.filter")
 
-PUSH_ENCODE_CLASS = "waku.pipeline.PushEncode"
-PUSH_ENCODE_FN = "waku_push_record"
 PUSH_FANOUT_CLASS = "waku.pipeline.PushFanoutEncode"
 FILTER_KEYS_CLASS = "waku.pipeline.FilterKeys"
 FILTER_KEYS_FN = "waku_filter_keys"
@@ -56,67 +48,6 @@ FILTER_KEYS = T.StructType([
     T.StructField("message_hash", T.BinaryType()),
 ])
 PUSH_FANOUT_FN = "waku_push_fanout"
-
-
-def register_push_encoder(spark: SparkSession) -> str:
-    return register_java_function(spark, PUSH_ENCODE_FN, PUSH_ENCODE_CLASS, T.BinaryType())
-
-
-def live_subscriptions(spark: SparkSession, settings: FilterJobSettings) -> DataFrame:
-    """The static side: criteria refreshed within the TTL (evaluated at each batch's time)."""
-    path = ensure_subscriptions_table(spark, settings.warehouse)
-    ttl = settings.ttl_s
-    subs = spark.read.format("delta").load(path)
-    return subs.where(F.col("last_refresh") >= F.unix_micros(F.current_timestamp()) / F.lit(1e6) - F.lit(ttl)).select(
-        "pubsub_topic", "content_topic", "peer_id", "bridge_id", "protocol", "request_id")
-
-
-def source_ordered(settings: FilterJobSettings) -> bool:
-    """Whether the job's plan writes each source partition's push records in offset order, so
-    that they may carry their source coordinates (PushRecord fields 8 and 9).
-
-    The pusher's high-water mark per (peer, source partition) is only sound when a peer's records
-    from one partition of waku.messages reach its push topic in offset order: then a record at or
-    below the mark was already delivered (a replay). That holds when nothing sits between the
-    Kafka source and the Kafka sink but narrow operators: each Spark partition is one Kafka
-    partition's offset range, read, matched and produced in order by one task (one idempotent
-    producer keeps that order in the push partition), and batches or epochs follow one another.
-    Resident criteria (a UDF lookup and explode) and the explicit broadcast join of real-time mode
-    are such plans. A micro-batch join with Delta `subscriptions` may be a sort-merge join whose
-    shuffle interleaves a partition's records across tasks: there the coordinates stay unset and
-    the pusher de-duplicates by message hash only (a replay longer than filter.dedup_per_peer
-    hashes would be pushed again). The Kafka source must not split a partition's range across
-    tasks either (its minPartitions option, which kafka_io does not set).
-    """
-    return settings.criteria == "resident" or settings.trigger == "realtime"
-
-
-def _push_value(fn: str, peer_id: Column, protocol: Column, request_id: Column, ordered: bool) -> Column:
-    if ordered:
-        partition, offset = F.col("kafka_partition"), F.col("kafka_offset")
-    else:
-        partition, offset = F.lit(None).cast("int"), F.lit(None).cast("bigint")
-    return F.call_function(fn, F.col("raw_value"), peer_id, F.col("message_hash"), protocol, request_id,
-                           partition, offset)
-
-
-def matches(messages: DataFrame, subscriptions: DataFrame, push_prefix: str,
-            broadcast: bool = False, ordered: bool | None = None) -> DataFrame:
-    """Decoded ingest records ⋈ criteria -> Kafka sink rows (topic, key, value). `broadcast`
-    forces a broadcast of the criteria (real-time mode allows no shuffle); otherwise Spark chooses.
-    `ordered` (default: `broadcast`): the plan keeps each source partition's order, so the push
-    records carry their source coordinates (`source_ordered`)."""
-    spark = messages.sparkSession
-    fn = register_push_encoder(spark)
-    if broadcast:
-        subscriptions = F.broadcast(subscriptions)
-    joined = messages.join(subscriptions, ["pubsub_topic", "content_topic"], "inner")
-    return joined.select(
-        F.concat(F.lit(push_prefix), F.col("bridge_id")).alias("topic"),
-        F.col("peer_id").cast("binary").alias("key"),
-        _push_value(fn, F.col("peer_id"), F.col("protocol"), F.col("request_id"),
-                    broadcast if ordered is None else ordered).alias("value"),
-    )
 
 
 def message_stream(spark: SparkSession, settings: FilterJobSettings) -> DataFrame:
@@ -155,13 +86,9 @@ def resident_matches(messages: DataFrame, config: str, push_prefix: str) -> Data
 
 
 def build_filter_stream(spark: SparkSession, settings: FilterJobSettings) -> DataFrame:
-    if settings.criteria == "resident":
-        config = prepare_index(spark, settings)
-        warm_up(spark, config)
-        return resident_matches(message_stream(spark, settings), config, settings.push_prefix)
-    realtime = settings.trigger == "realtime"
-    return matches(message_stream(spark, settings), live_subscriptions(spark, settings),
-                   settings.push_prefix, broadcast=realtime, ordered=source_ordered(settings))
+    config = prepare_index(spark, settings)
+    warm_up(spark, config)
+    return resident_matches(message_stream(spark, settings), config, settings.push_prefix)
 
 
 def check_task_slots(spark: SparkSession, settings: FilterJobSettings) -> None:
@@ -200,8 +127,8 @@ def start_filter_query(spark: SparkSession, settings: FilterJobSettings, query_n
     if metrics is not None:
         metrics.watch(query_name)
     query = writer.start()
-    log.info("filter query started (%s, %s criteria): %s ⋈ %s -> %s<bridge_id>", mode, settings.criteria,
-             settings.messages_topic, settings.warehouse.table_path("subscriptions"), settings.push_prefix)
+    log.info("filter query started (%s, resident criteria from %s): %s -> %s<bridge_id>", mode,
+             settings.subscriptions_topic, settings.messages_topic, settings.push_prefix)
     return query
 
 

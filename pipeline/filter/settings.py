@@ -10,7 +10,6 @@ from core.settings import KafkaSettings, WarehouseSettings
 from pipeline.spark.metrics import JobMetricsSettings
 
 TRIGGERS = ("microbatch", "realtime")
-CRITERIA = ("resident", "delta")
 
 
 @dataclass(frozen=True)
@@ -43,8 +42,7 @@ class SubscriptionsJobSettings:
                    config.get("topics.subscriptions"), float(f["subscription_ttl_s"]),
                    f["subscriptions_trigger_seconds"], float(f["expire_interval_s"]),
                    JobMetricsSettings.from_config(config, "subscriptions"),
-                   # criteria "delta": matching reads the table, so every event goes in at once
-                   0 if f["criteria"] == "delta" else int(f["subscriptions_min_events_per_trigger"]),
+                   int(f["subscriptions_min_events_per_trigger"]),
                    float(f["subscriptions_max_trigger_delay_s"]), bool(f["subscriptions_warm_up"]),
                    int(f["subscriptions_max_events_per_trigger"]))
 
@@ -62,9 +60,6 @@ class FilterJobSettings:
     starting_offsets: str = "latest"
     max_offsets_per_trigger: int = 0  # 0: no bound
     metrics: JobMetricsSettings | None = None  # [job_metrics]
-    # "resident": the executors' index fed by the event stream (pipeline/filter/criteria.py);
-    # "delta": a stream-static join re-reading Delta `subscriptions` every batch / epoch.
-    criteria: str = "resident"
     subscriptions_topic: str = "waku.subscriptions"
     index_poll_ms: int = 500
     messages_partitions: int = 4
@@ -77,13 +72,11 @@ class FilterJobSettings:
         f = config["filter"]
         if f["trigger"] not in TRIGGERS:
             raise ConfigError(f"filter.trigger: expected microbatch or realtime, got {f['trigger']!r}")
-        if f["criteria"] not in CRITERIA:
-            raise ConfigError(f"filter.criteria: expected resident or delta, got {f['criteria']!r}")
         if int(f["index_poll_ms"]) < 1:
             raise ConfigError("filter.index_poll_ms: expected at least 1")
         return cls(KafkaSettings.from_config(config), WarehouseSettings.from_config(config),
                    config.get("topics.messages"), config.get("topics.push_prefix"), float(f["subscription_ttl_s"]),
                    f["trigger"], f["trigger_seconds"], f["realtime_checkpoint_interval"], f["starting_offsets"],
                    f["max_offsets_per_trigger"], JobMetricsSettings.from_config(config, "filter"),
-                   f["criteria"], config.get("topics.subscriptions"), int(f["index_poll_ms"]),
+                   config.get("topics.subscriptions"), int(f["index_poll_ms"]),
                    int(config.get("topics.messages_partitions")), int(f["realtime_warm_up_epochs"]))

@@ -2,12 +2,12 @@
 
     .venv/bin/python tests/benchmarks/filter_match.py [--quick] [--peers 100000] [--rate 20000]
         [--seconds 75] [--clients 60] [--client-procs 3] [--producers 3] [--fanout 1000]
-        [--trigger realtime|microbatch] [--criteria resident|delta] [--epoch "30 seconds"]
+        [--trigger realtime|microbatch] [--epoch "30 seconds"]
 
 Every part is its own process, started as in production:
   - the embedded Kafka broker;
-  - the subscriptions and filter jobs through ./spark-submit.sh (the filter job's trigger and
-    criteria as given: by default real-time mode and the resident index);
+  - the subscriptions and filter jobs through ./spark-submit.sh (the filter job's trigger as
+    given: by default real-time mode);
   - one bridge (`waku-bridge run`, filter on) whose pusher serves the client peers;
   - `--client-procs` processes hosting `--clients` libp2p filter clients in all (FilterClient,
     which reads pushes as the reference clients do); each subscribes over filter-subscribe to
@@ -352,7 +352,6 @@ def main() -> int:
     ap.add_argument("--producers", type=int, default=3)
     ap.add_argument("--fanout", type=int, default=1000)
     ap.add_argument("--trigger", default="realtime", choices=["realtime", "microbatch"])
-    ap.add_argument("--criteria", default="resident", choices=["resident", "delta"])
     ap.add_argument("--epoch", default="30 seconds", help="real-time mode's checkpoint interval")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     args = ap.parse_args()
@@ -370,7 +369,7 @@ def main() -> int:
     kport, cport = free_port(), free_port()
     broker = EmbeddedKafka(data_dir=tmp / "kafka", port=kport, controller_port=cport,
                            jar_dir=REPO_ROOT / ".cache/jars/kafka")
-    result: dict = {"trigger": args.trigger, "criteria_mode": args.criteria, "seed": 20261123}
+    result: dict = {"trigger": args.trigger, "seed": 20261123}
     bridge = None
     log(f"load average at start: {load_average()}; temp dir {tmp}")
     try:
@@ -384,7 +383,7 @@ def main() -> int:
             f"kafka.bootstrap_servers={bootstrap}", f"warehouse.root={tmp / 'warehouse'}",
             f"warehouse.checkpoints={tmp / 'checkpoints'}", "spark.master=local[2]", "spark.shuffle_partitions=2",
             "topics.messages_partitions=4", "job_metrics.store_port=-1", "job_metrics.subscriptions_port=-1",
-            "job_metrics.filter_port=-1", f"filter.trigger={args.trigger}", f"filter.criteria={args.criteria}",
+            "job_metrics.filter_port=-1", f"filter.trigger={args.trigger}",
             f"filter.realtime_checkpoint_interval={args.epoch}", "filter.starting_offsets=latest",
         ]
         t = time.monotonic()

@@ -6,9 +6,7 @@ inside its 5-minute epoch, as when a worker dies) and runs again: the batch or e
 written a second time. Every
 push record, both runs', decoded through the bridge's `_deliver` with a hash memory far smaller
 than the replay, is dropped as `replayed` when it is one (by its source offset); the one message
-two bridges relayed is dropped as `duplicate` by the hashes (always with a memory holding the run).
-
-Also: a plan that may shuffle (criteria "delta", micro-batch) writes no source coordinates."""
+two bridges relayed is dropped as `duplicate` by the hashes (always with a memory holding the run)."""
 from __future__ import annotations
 
 import math
@@ -42,7 +40,7 @@ def _settings(kafka: str, root: Path, tag: str, trigger: str) -> Config:
         f"topics.push_prefix=test.replay.{tag}.push.",
         f"warehouse.root={root / 'warehouse'}", f"warehouse.checkpoints={root / 'checkpoints'}",
         "spark.master=local[2]", "spark.shuffle_partitions=2",
-        f"filter.trigger={trigger}", "filter.trigger_seconds=0.2", "filter.criteria=resident",
+        f"filter.trigger={trigger}", "filter.trigger_seconds=0.2",
         "filter.realtime_checkpoint_interval=5 minutes",
         "filter.starting_offsets=earliest",
     ], environ={})

@@ -68,11 +68,9 @@ def test_subscriptions_cadence_and_expiry_grace():
     s = SubscriptionsJobSettings.from_config(load_config(["filter.subscriptions_min_events_per_trigger=0"],
                                                          environ={}))
     assert (s.min_events_per_trigger, s.max_trigger_delay_s) == (0, 120.0)
-    # criteria read from Delta by matching: every event goes in at once
-    d = SubscriptionsJobSettings.from_config(load_config(["filter.criteria=delta",
-                                                          "filter.subscriptions_min_events_per_trigger=1000"],
-                                                         environ={}))
-    assert d.min_events_per_trigger == 0
+    # One filter matcher (the resident index): the old stream-static join's setting is refused.
+    with pytest.raises(ConfigError, match="filter.criteria"):
+        load_config(["filter.criteria=delta"], environ={})
     with pytest.raises(ConfigError):
         SubscriptionsJobSettings.from_config(load_config(["filter.subscriptions_min_events_per_trigger=-5"],
                                                          environ={}))
