@@ -84,7 +84,9 @@ bash scripts/build_rln.sh || exit 2
 #    tests/integration/test_dashboard.py opens the ops dashboard headless.
 if [ "${1:-}" = "--with-interop" ]; then
   command -v chromium >/dev/null || apt_install chromium
-  command -v go >/dev/null || die "Go not found: the interop tests build go-waku with Go >= 1.24 (install Go, or put it on PATH)"
+  # Go: the machine's, else Go 1.26 from the Go module proxy (golang.org/toolchain) into .cache/go.
+  go_bin=$(bash scripts/go_toolchain.sh) || exit 2
+  export PATH="$go_bin:$PATH"
   command -v gcc >/dev/null || apt_install gcc
   command -v npm >/dev/null || apt_install npm
   # Anvil and our WakuRlnV2Local contract (npm): the local chain of the RLN tests (docs/rln.md).

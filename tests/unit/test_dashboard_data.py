@@ -41,3 +41,14 @@ def test_panels_without_any_source_are_empty_but_present(tmp_path):
     out = d.panels()
     assert [p["id"] for p in out["panels"]] == [p[0] for p in PANELS]
     assert all(p["series"] == [] for p in out["panels"])
+
+
+def test_job_throughput_is_rows_in_per_second_not_rows_over_batch_time(tmp_path):
+    """A job taking in 5 rows/s in batches of 10 rows every 2 s, each batch running 0.1 s: the
+    panel shows 5 rows/s (Spark's inputRowsPerSecond), not 100 (processedRowsPerSecond)."""
+    d = Dashboard(DashboardSettings(job_metrics=str(tmp_path / "none"), messages=str(tmp_path / "none"),
+                                    subscriptions=str(tmp_path / "none")))
+    d.job_rows = [{"job": "store", "t": 100.0 + 2 * i, "duration_s": 0.1, "input_rows": 10,
+                   "input_rows_per_s": 5.0, "processed_rows_per_s": 100.0} for i in range(3)]
+    panel = next(p for p in d.panels()["panels"] if p["id"] == "throughput")
+    assert [(s["name"], [v for _, v in s["points"]]) for s in panel["series"]] == [("store in", [5.0, 5.0, 5.0])]
