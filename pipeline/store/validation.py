@@ -5,7 +5,13 @@ in `core/validation.py`, which the store service's fresh tail also applies. Here
 gets a Spark predicate that holds for a *valid* row (evaluated natively in the JVM on the hot
 path, so validation costs a few column expressions, not a pass through Python), and, when the
 rule concerns stored rows, the great-expectations expectation that states it over a stored
-table (used by `audit` to check the Delta store after the fact).
+table (used by `audit` to check the Delta store after the fact). Six of the eight rules have
+one, over a stored column or one `audit` derives from stored columns (`AUDIT_COLUMNS`: the
+message's size, meta's length, the clock skew). `undecodable` and `missing_message` have none:
+a stored row is a decoded WakuMessage by construction (its columns are the message's fields).
+`bad_received_time`'s upper bound (no later than the record's Kafka timestamp plus
+max_future_received_s) is not checked on stored rows, which keep no Kafka timestamp; its lower
+bound, presence and finiteness are.
 
 Rules run in the core's declaration order; a row is quarantined with the name of the first rule
 it breaks. Importing this module fails if a core rule has no predicate here or the other way
@@ -64,18 +70,33 @@ _SPARK: dict[str, tuple[Callable[[Limits], Column], Callable[[Limits], tuple[str
     "empty_content_topic": (
         lambda lim: F.col("content_topic") != "",
         lambda lim: ("ExpectColumnValueLengthsToBeBetween", {"column": "content_topic", "min_value": 1})),
-    "oversized_message": (lambda lim: _message_size() <= lim.max_message_bytes, None),
-    "oversized_meta": (lambda lim: F.col("meta").isNull() | (F.length("meta") <= lim.max_meta_bytes), None),
+    "oversized_message": (
+        lambda lim: _message_size() <= lim.max_message_bytes,
+        lambda lim: ("ExpectColumnValuesToBeBetween", {"column": "audit_message_size",
+                                                        "max_value": lim.max_message_bytes})),
+    "oversized_meta": (
+        lambda lim: F.col("meta").isNull() | (F.length("meta") <= lim.max_meta_bytes),
+        lambda lim: ("ExpectColumnValuesToBeBetween", {"column": "audit_meta_bytes", "max_value": lim.max_meta_bytes})),
     "bad_received_time": (
         lambda lim: F.col("received_time").isNotNull() & _finite(F.col("received_time"))
         & (F.col("received_time") >= MIN_RECEIVED_TIME)
         & (F.col("received_time") <= _now() + lim.max_future_received_s),
-        lambda lim: ("ExpectColumnValuesToBeBetween", {"column": "received_time", "min_value": MIN_RECEIVED_TIME})),
+        # Spark orders NaN above every number and infinity: the bound catches both.
+        lambda lim: ("ExpectColumnValuesToBeBetween", {"column": "received_time", "min_value": MIN_RECEIVED_TIME,
+                                                       "max_value": 1e11})),
     "timestamp_skew": (
         lambda lim: F.col("timestamp").isNull() | (F.col("timestamp") == 0)
         | (F.abs(F.col("timestamp") / F.lit(1e9) - F.col("received_time")) <= lim.max_clock_skew_s),
-        None),
+        lambda lim: ("ExpectColumnValuesToBeBetween", {"column": "audit_clock_skew_s",
+                                                        "max_value": lim.max_clock_skew_s})),
 }
+
+
+def _audit_columns() -> dict[str, Column]:
+    """Columns `audit` adds to a stored table for the expectations above (null: nothing to check)."""
+    timed = F.col("timestamp").isNotNull() & (F.col("timestamp") != 0)
+    return {"audit_message_size": _message_size(), "audit_meta_bytes": F.length("meta"),
+            "audit_clock_skew_s": F.when(timed, F.abs(F.col("timestamp") / F.lit(1e9) - F.col("received_time")))}
 
 if set(_SPARK) != set(core_rules.RULE_NAMES):
     raise ImportError(f"pipeline.store.validation: Spark predicates {sorted(_SPARK)} differ from the rules "
@@ -128,6 +149,7 @@ def audit(df: DataFrame, limits: Limits) -> dict[str, Any]:
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     asset = context.data_sources.add_spark("store").add_dataframe_asset("messages")
+    df = df.withColumns(_audit_columns())
     batch = asset.add_batch_definition_whole_dataframe("all").get_batch(batch_parameters={"dataframe": df})
     result = batch.validate(expectation_suite(limits))
     failures = {

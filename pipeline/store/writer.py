@@ -299,97 +299,20 @@ def write_checked_batch(batch: DataFrame, batch_id: int, settings: StoreJobSetti
     `appender` (kept likewise) writes the new rows; without it, one made for this batch."""
     spark = batch.sparkSession
     began = time.monotonic()
-    tables = settings.warehouse
     if appender is None:
         appender = messages_appender(spark, settings)
     stats = BatchStats(rule_failures={})
     with stats.phase("plan"):
         checked = batch.persist()
     try:
-        with stats.phase("validate"):
-            # One Spark job: decode and validate into the cache, and bring the narrow columns
-            # (no payloads) to the driver, where the batch's decision is made. (The refused rows'
-            # raw bytes stay in the cache: a batch of hostile records could be gigabytes.)
-            narrow = checked.select(
-                "reason", "ephemeral", "kafka_topic", "kafka_partition", "kafka_offset", "message_hash",
-                "received_time", untimed_column(F.col("timestamp")).alias("untimed")).toArrow()
-            decision = decide(narrow.to_pydict())
-            del narrow
-        stats.input_rows, stats.valid_rows = decision.input_rows, decision.valid_rows
-        stats.ephemeral_rows, stats.quarantined_rows = decision.ephemeral_rows, decision.quarantined_rows
-        stats.rule_failures = dict(decision.rule_failures)
-        refused = decision.refused_ranges
-
-        def write_quarantine() -> None:
-            with stats.phase("write_quarantine"):
-                # A Kafka record is quarantined once, even when a reset checkpoint re-reads it.
-                coordinates = ["kafka_topic", "kafka_partition", "kafka_offset"]
-                # Only the batch's own coordinate ranges are read (file statistics on
-                # kafka_partition/kafka_offset skip the rest), never the whole table.
-                refused_rows = checked.where(F.col("reason").isNotNull())
-                fresh = False
-                if quarantine_marks is not None and decision.refused_topics == {settings.topic}:
-                    quarantine_marks.load(spark)
-                    fresh = quarantine_marks.all_above(refused)
-                    quarantine_marks.raise_to(refused)  # before the write: marks stay above the table
-                if not fresh:
-                    recorded = (spark.read.format("delta").load(tables.table_path("quarantine"))
-                                .where(coordinate_ranges(F.col("kafka_partition"), F.col("kafka_offset"), refused))
-                                .select(*coordinates))
-                    refused_rows = refused_rows.join(recorded, coordinates, "left_anti")
-                # One task and one file: refused rows are few, and the messages write beside it
-                # must not wait for a core behind one task per Kafka partition.
-                (refused_rows
-                 .withColumn("quarantined_at", _wall_clock())
-                 .select(*QUARANTINE_COLUMNS).coalesce(1)
-                 .write.format("delta").mode("append").save(tables.table_path("quarantine")))
-
+        decision = _decide(checked, stats)
         # The quarantine write needs only the validated batch: it runs beside the messages
         # write (its own table, its own commit), so their driver-side costs overlap.
-        quarantine = _Background(write_quarantine) if stats.quarantined_rows else None
+        quarantine = _Background(lambda: _write_quarantine(checked, decision, settings, quarantine_marks, stats)
+                                 ) if stats.quarantined_rows else None
         try:
             if stats.valid_rows:
-                valid = checked.where(F.col("reason").isNull() & ~F.col("ephemeral"))
-                with stats.phase("dedupe"):
-                    existing, indexed = _existing_hashes(spark, decision, valid, settings, recent, stats)
-                    winners = decision.winners(existing)
-                stats.stored_rows = len(winners)
-                if winners:
-                    new = valid
-                    if stats.stored_rows < stats.valid_rows:
-                        # The rows to store, picked by Kafka coordinates inside the one write: a
-                        # filter on the winners' offsets per partition, or on the others' when
-                        # they are fewer (normally: the batch's few copies). The set is one
-                        # literal, so no Spark job builds a broadcast first.
-                        picked = {(p, o) for _, p, o in winners.values()}
-                        keep = stats.stored_rows <= stats.valid_rows - stats.stored_rows
-                        if not keep:
-                            picked = set(decision.copies) - picked
-                        chosen = in_coordinates(spark, F.col("kafka_partition"), F.col("kafka_offset"), picked)
-                        new = valid.where(chosen if keep else ~chosen)
-                    new = new.withColumn("received_date", _received_date(F.col("received_time")))
-                    files = max(1, math.ceil(stats.stored_rows / settings.rows_per_file))
-                    # Files cover disjoint received_time ranges, rows sorted by (received_time,
-                    # digest). A batch within rows_per_file (store.max_offsets_per_trigger at or
-                    # below it) is one file: no range shuffle.
-                    new = new.repartitionByRange(files, "received_time") if files > 1 else new.coalesce(1)
-                    new = new.sortWithinPartitions("received_time", "digest").select(*STORED_COLUMNS)
-                    with stats.phase("write_messages"):
-                        stats.messages_writer = appender.append(new, stats.stored_rows)
-                if recent is not None and recent.loaded:
-                    recent.add((h, v[0]) for h, v in winners.items())
-                    recent.advance(decision.max_received)
-                fresh_index = decision.untimed - indexed
-                if fresh_index:
-                    # After the messages commit (an index row must never stand for a message not
-                    # stored): the batch's untimed hashes not yet indexed, whether stored now or by
-                    # an earlier run of this batch that ended between the two commits.
-                    with stats.phase("write_untimed_index"):
-                        (spark.createDataFrame(pa.table({
-                            "message_hash": pa.array(sorted(fresh_index), pa.binary()),
-                            "received_time": pa.array([decision.first[h][0] for h in sorted(fresh_index)],
-                                                      pa.float64())}), UNTIMED_SCHEMA)
-                         .write.format("delta").mode("append").save(tables.table_path(UNTIMED_INDEX)))
+                _store_valid(checked, decision, settings, recent, appender, stats)
         except BaseException:
             if recent is not None:
                 recent.reset()  # it may lack what a commit of this batch added: load it again
@@ -412,6 +335,104 @@ def write_checked_batch(batch: DataFrame, batch_id: int, settings: StoreJobSetti
         return stats
     finally:
         checked.unpersist()
+
+
+def _decide(checked: DataFrame, stats: BatchStats) -> BatchDecision:
+    """Validate the batch into the cache and decide it on the driver: one Spark job brings the
+    narrow columns (no payloads) to the driver. (The refused rows' raw bytes stay in the cache:
+    a batch of hostile records could be gigabytes.) Fills the batch's counts in `stats`."""
+    with stats.phase("validate"):
+        narrow = checked.select(
+            "reason", "ephemeral", "kafka_topic", "kafka_partition", "kafka_offset", "message_hash",
+            "received_time", untimed_column(F.col("timestamp")).alias("untimed")).toArrow()
+        decision = decide(narrow.to_pydict())
+        del narrow
+    stats.input_rows, stats.valid_rows = decision.input_rows, decision.valid_rows
+    stats.ephemeral_rows, stats.quarantined_rows = decision.ephemeral_rows, decision.quarantined_rows
+    stats.rule_failures = dict(decision.rule_failures)
+    return decision
+
+
+def _write_quarantine(checked: DataFrame, decision: BatchDecision, settings: StoreJobSettings,
+                      quarantine_marks: QuarantineMarks | None, stats: BatchStats) -> None:
+    """Append the batch's refused rows to `quarantine`: a Kafka record once, even when a reset
+    checkpoint re-reads it."""
+    spark = checked.sparkSession
+    refused = decision.refused_ranges
+    with stats.phase("write_quarantine"):
+        coordinates = ["kafka_topic", "kafka_partition", "kafka_offset"]
+        # Only the batch's own coordinate ranges are read (file statistics on
+        # kafka_partition/kafka_offset skip the rest), never the whole table.
+        refused_rows = checked.where(F.col("reason").isNotNull())
+        fresh = False
+        if quarantine_marks is not None and decision.refused_topics == {settings.topic}:
+            quarantine_marks.load(spark)
+            fresh = quarantine_marks.all_above(refused)
+            quarantine_marks.raise_to(refused)  # before the write: marks stay above the table
+        if not fresh:
+            recorded = (spark.read.format("delta").load(settings.warehouse.table_path("quarantine"))
+                        .where(coordinate_ranges(F.col("kafka_partition"), F.col("kafka_offset"), refused))
+                        .select(*coordinates))
+            refused_rows = refused_rows.join(recorded, coordinates, "left_anti")
+        # One task and one file: refused rows are few, and the messages write beside it
+        # must not wait for a core behind one task per Kafka partition.
+        (refused_rows
+         .withColumn("quarantined_at", _wall_clock())
+         .select(*QUARANTINE_COLUMNS).coalesce(1)
+         .write.format("delta").mode("append").save(settings.warehouse.table_path("quarantine")))
+
+
+def _store_valid(checked: DataFrame, decision: BatchDecision, settings: StoreJobSettings,
+                 recent: RecentHashes | None, appender: MessagesAppender, stats: BatchStats) -> None:
+    """De-duplicate the batch's valid rows against the store, append the first copies to
+    `messages`, then index the untimed ones."""
+    spark = checked.sparkSession
+    valid = checked.where(F.col("reason").isNull() & ~F.col("ephemeral"))
+    with stats.phase("dedupe"):
+        existing, indexed = _existing_hashes(spark, decision, valid, settings, recent, stats)
+        winners = decision.winners(existing)
+    stats.stored_rows = len(winners)
+    if winners:
+        new = _first_copies(valid, decision, winners, settings, stats)
+        with stats.phase("write_messages"):
+            stats.messages_writer = appender.append(new, stats.stored_rows)
+    if recent is not None and recent.loaded:
+        recent.add((h, v[0]) for h, v in winners.items())
+        recent.advance(decision.max_received)
+    fresh_index = decision.untimed - indexed
+    if fresh_index:
+        # After the messages commit (an index row must never stand for a message not stored):
+        # the batch's untimed hashes not yet indexed, whether stored now or by an earlier run of
+        # this batch that ended between the two commits.
+        with stats.phase("write_untimed_index"):
+            (spark.createDataFrame(pa.table({
+                "message_hash": pa.array(sorted(fresh_index), pa.binary()),
+                "received_time": pa.array([decision.first[h][0] for h in sorted(fresh_index)],
+                                          pa.float64())}), UNTIMED_SCHEMA)
+             .write.format("delta").mode("append").save(settings.warehouse.table_path(UNTIMED_INDEX)))
+
+
+def _first_copies(valid: DataFrame, decision: BatchDecision, winners: dict[bytes, tuple[float, int, int]],
+                  settings: StoreJobSettings, stats: BatchStats) -> DataFrame:
+    """The rows to store, in the stored columns, laid out as `messages` keeps them."""
+    new = valid
+    if stats.stored_rows < stats.valid_rows:
+        # Picked by Kafka coordinates inside the one write: a filter on the winners' offsets per
+        # partition, or on the others' when they are fewer (normally: the batch's few copies).
+        # The set is one literal, so no Spark job builds a broadcast first.
+        picked = {(p, o) for _, p, o in winners.values()}
+        keep = stats.stored_rows <= stats.valid_rows - stats.stored_rows
+        if not keep:
+            picked = set(decision.copies) - picked
+        chosen = in_coordinates(valid.sparkSession, F.col("kafka_partition"), F.col("kafka_offset"), picked)
+        new = valid.where(chosen if keep else ~chosen)
+    new = new.withColumn("received_date", _received_date(F.col("received_time")))
+    files = max(1, math.ceil(stats.stored_rows / settings.rows_per_file))
+    # Files cover disjoint received_time ranges, rows sorted by (received_time, digest). A batch
+    # within rows_per_file (store.max_offsets_per_trigger at or below it) is one file: no range
+    # shuffle.
+    new = new.repartitionByRange(files, "received_time") if files > 1 else new.coalesce(1)
+    return new.sortWithinPartitions("received_time", "digest").select(*STORED_COLUMNS)
 
 
 def figures(stats: BatchStats) -> BatchFigures:

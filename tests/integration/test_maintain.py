@@ -117,7 +117,23 @@ def test_audit_with_great_expectations(spark, tmp_path):
 
     broken = table.unionByName(table.limit(1)).unionByName(
         table.limit(1).withColumn("content_topic", F.lit("")).withColumn("message_hash", F.lit(b"x")))
-    outcome = audit(broken, Limits.from_config(cfg))
+    limits = Limits.from_config(cfg)
+    one = table.limit(1).withColumn("timestamp", (F.col("received_time") * 1e9).cast("long"))  # skew 0
+    broken = broken.unionByName(  # and one row past each other limit a stored row can break
+        one.withColumn("meta", F.lit(b"m" * (limits.max_meta_bytes + 1))).withColumn("message_hash", F.lit(b"m"))
+    ).unionByName(one.withColumn("payload", F.lit(b"p" * (limits.max_message_bytes + 1)))
+                  .withColumn("message_hash", F.lit(b"p"))
+    ).unionByName(one.withColumn("timestamp", (F.col("received_time") - limits.max_clock_skew_s - 5)
+                                 .cast("double") * 1e9).withColumn("timestamp", F.col("timestamp").cast("long"))
+                  .withColumn("message_hash", F.lit(b"t"))
+    ).unionByName(one.withColumn("received_time", F.lit(float("nan"))).withColumn("message_hash", F.lit(b"n")))
+    outcome = audit(broken, limits)
     assert not outcome["success"]
-    assert outcome["failures"]["expect_column_values_to_be_unique(message_hash)"] == 2
-    assert outcome["failures"]["expect_column_value_lengths_to_be_between(content_topic)"] == 1
+    assert outcome["failures"] == {
+        "expect_column_values_to_be_unique(message_hash)": 2,
+        "expect_column_value_lengths_to_be_between(content_topic)": 1,
+        "expect_column_values_to_be_between(audit_meta_bytes)": 1,
+        "expect_column_values_to_be_between(audit_message_size)": 1,
+        "expect_column_values_to_be_between(audit_clock_skew_s)": 2,  # so is the NaN receive time
+        "expect_column_values_to_be_between(received_time)": 1,
+    }, outcome

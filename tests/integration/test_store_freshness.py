@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import math
-import random
 import statistics
 import time
 import uuid
@@ -32,15 +31,10 @@ from ingest.store.server import StoreServer, StoreServiceSettings
 from ingest.store.tail import kafka_seconds
 from schemas import pipeline_records_pb2 as pr
 from schemas import waku_message_pb2 as wm
+from tests.seeds import seeded
 from tools.loadgen import INVALID_KINDS, LoadGenerator, LoadProfile, produce, producer
 
 pytestmark = pytest.mark.integration
-
-
-def seeded() -> tuple[int, random.Random]:
-    seed = random.randrange(2**31)
-    print(f"seed={seed}")
-    return seed, random.Random(seed)
 
 
 def new_topic(bootstrap: str, partitions: int = 2) -> str:

@@ -3,7 +3,6 @@ messages land once, refused records land in quarantine with their reason; a stop
 point, a restart and a re-produced slice leave the same table."""
 from __future__ import annotations
 
-import random
 import time
 import uuid
 
@@ -16,6 +15,7 @@ from pipeline.store.job import start_store_query
 from pipeline.store.settings import StoreJobSettings
 from schemas import pipeline_records_pb2 as pr
 from tests.integration.test_log_checkpoints import checkpoints
+from tests.seeds import seeded
 from tools.loadgen import LoadGenerator, LoadProfile, produce
 
 pytestmark = pytest.mark.integration
@@ -161,9 +161,7 @@ def parquet_encodings(table: str) -> dict[str, set[str]]:
 
 
 def test_stop_at_random_point_restart_and_reproduce_slice(spark, kafka, tmp_path):
-    seed = int(time.time())
-    print("seed", seed)
-    rng = random.Random(seed)
+    seed, rng = seeded()
     topic = new_topic(kafka)
     gen = LoadGenerator(LoadProfile(content_topics=20, duplicate_share=0.1, invalid_share=0.05, seed=9))
     records = gen.batch(4000)

@@ -50,6 +50,14 @@ async def push(host, peer_id, request_id: str) -> int | None:
     return None if data is None else lp.LightpushResponse.FromString(data).status_code
 
 
+async def until(predicate, what: str, timeout: float = 60.0) -> None:
+    """Wait on progress, not a fixed delay: `predicate()` polled every 10 ms."""
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+    assert predicate(), what
+
+
 def test_stream_caps_per_peer_and_total(kafka, tmp_path):
     topic = "test.stream_caps"
     create_topic(kafka, topic)
@@ -72,21 +80,23 @@ def test_stream_caps_per_peer_and_total(kafka, tmp_path):
             async with greedy.running([SHARD]), modest.running([SHARD]), late.running([SHARD]):
                 for p in (greedy, modest, late):
                     await p.connect(addr)
-                await trio.sleep(1.0)  # identify done, relay streams open (one inbound per peer)
-                out["relay_only"] = bridge.stream_gate.total
+                gate = bridge.stream_gate
+                # identify done, relay streams open (one inbound per peer)
+                await until(lambda: gate.total >= 3, "a relay stream from each peer")
+                out["relay_only"] = gate.total
                 # greedy holds its share (relay holds one more stream per peer, so PER_PEER - 1)
                 held = [await hold(greedy.host, bridge_id) for _ in range(PER_PEER - 1)]
-                await trio.sleep(0.5)
+                await until(lambda: gate.total == 3 + PER_PEER - 1, "greedy's held streams in their handlers")
                 out["greedy_over"] = await push(greedy.host, bridge_id, "g")  # over its share: 429
                 out["modest"] = await push(modest.host, bridge_id, "m")  # another peer: served
                 # fill the total: greedy 3 (relay + 2 held), modest 2 (relay + 1 held), late 1 relay
                 held.append(await hold(modest.host, bridge_id))
-                await trio.sleep(0.5)
-                out["open"] = bridge.stream_gate.total
+                await until(lambda: gate.total == TOTAL, "modest's held stream in its handler")
+                out["open"] = gate.total
                 out["late_over_total"] = await push(late.host, bridge_id, "l")
                 for s in held:
                     await s.reset()
-                await trio.sleep(0.5)
+                await until(lambda: gate.total <= 3, "the held streams' handlers ended")
                 out["greedy_after"] = await push(greedy.host, bridge_id, "g2")  # slots freed: served
             bridge.stop()
 
@@ -143,7 +153,13 @@ def test_a_failing_handler_costs_its_stream_not_the_bridge(kafka, tmp_path):
                 for proto in ("/test/broken/1", "/test/buggy/1", "/test/buggy/1"):
                     s = await client.host.new_stream(bridge.peer_id, [TProtocol(proto)])
                     await s.write(b"x")
-                await trio.sleep(0.5)
+
+                def failed() -> float:
+                    return (metrics.value("waku_bridge_stream_failures_total", protocol="/test/broken/1",
+                                          kind="network")
+                            + metrics.value("waku_bridge_stream_failures_total", protocol="/test/buggy/1",
+                                            kind="handler"))
+                await until(lambda: failed() == 3, "the three failing handlers counted")
                 # a client that gives up on its answers: subscribe, then reset at once, many times
                 for i in range(30):
                     s = await client.host.new_stream(bridge.peer_id,
@@ -153,6 +169,8 @@ def test_a_failing_handler_costs_its_stream_not_the_bridge(kafka, tmp_path):
                         pubsub_topic="/waku/2/default-waku/proto", content_topics=[f"/t/1/{i}/proto"])
                         .SerializeToString()))
                     await s.reset()
+                # Let their handlers meet the resets (no count to wait for: a stream reset before
+                # its protocol was agreed reaches no handler); what follows holds either way.
                 await trio.sleep(1.0)
                 out["ping"] = (await client.ping()).status_code
             out["running"] = not bridge.stopped.is_set()

@@ -17,6 +17,7 @@ from core.store_page import StoredMessage, StoreQuery, history_pages
 from core.validation import Limits
 from ingest.store.reader import MESSAGES_ARROW_SCHEMA, ReaderSettings, StoreReader, write_messages
 from ingest.store.tail import Tail, stored_form
+from tests.seeds import seeded
 from tests.unit.test_store_query import (
     PAGE_SIZES,
     check_paging,
@@ -25,12 +26,6 @@ from tests.unit.test_store_query import (
     random_rows,
     write_table,
 )
-
-
-def seeded() -> tuple[int, random.Random]:
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    return seed, random.Random(seed)
 
 
 def fresh_reader(path: str, tail: Tail, **kw) -> StoreReader:
