@@ -72,12 +72,14 @@ def test_subscriptions_merge_in_peer_order_idempotent_and_expiring(spark, tmp_pa
 
 def test_push_encoder_copies_the_message_bytes(spark):
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
-    from pipeline.filter.matching import register_push_encoder
+    from pipeline.spark.session import register_java_function
 
     msg = WakuMessage(payload=b"\x00hello", content_topic="/t/1/x/proto", timestamp=123, ephemeral=True)
     rec = pr.IngestRecord(pubsub_topic=PT, message=msg, received_time=1.5, source=pr.RELAY, bridge_id="B")
-    fn = register_push_encoder(spark)
+    # PushEncode's encoder, which the filter job's PushFanoutEncode writes every record with.
+    fn = register_java_function(spark, "waku_push_record", "waku.pipeline.PushEncode", T.BinaryType())
     df = spark.createDataFrame([(rec.SerializeToString(), "peerA", b"\x01" * 32, "v00", "rid", 3, 2**40),
                                 (b"\xff\xff", "peerA", b"", "v2", "", 0, 0),
                                 (rec.SerializeToString(), "peerA", b"\x01" * 32, "v00", "rid", None, None)],
@@ -90,7 +92,7 @@ def test_push_encoder_copies_the_message_bytes(spark):
     assert push.received_time == 1.5  # a restarted bridge drops pushes received before its start
     assert (push.source_partition, push.source_offset) == (3, 2**40)  # the pusher's replay mark
     assert out[1].v is None
-    unknown = pr.PushRecord.FromString(out[2].v)  # a shuffled join's: no coordinates
+    unknown = pr.PushRecord.FromString(out[2].v)  # no coordinates (an older job's record)
     assert not unknown.HasField("source_offset") and unknown.message == msg
 
 
