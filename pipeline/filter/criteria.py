@@ -1,4 +1,4 @@
-"""The filter job's resident criteria (filter.criteria = "resident", the default).
+"""The filter job's resident criteria: the one matcher (docs/decisions.md).
 
 Matching is a lookup join of the message stream against an index of the subscriptions held in
 each executor JVM (jvm/src/waku/pipeline/CriteriaIndex.java) and changed incrementally from the
