@@ -54,6 +54,11 @@ def _finite(col: Column) -> Column:
     return ~F.isnan(col) & (F.abs(col) != F.lit(float("inf")))
 
 
+def _clock_skew() -> Column:
+    """Seconds between the sender's timestamp and the receive time (the timestamp_skew rule)."""
+    return F.abs(F.col("timestamp") / F.lit(1e9) - F.col("received_time"))
+
+
 def _message_size() -> Column:
     """Size of the WakuMessage's variable parts: what the reference nodes' 150 KiB limit bounds."""
     return (F.length("payload") + F.coalesce(F.length("meta"), F.lit(0))
@@ -85,8 +90,7 @@ _SPARK: dict[str, tuple[Callable[[Limits], Column], Callable[[Limits], tuple[str
         lambda lim: ("ExpectColumnValuesToBeBetween", {"column": "received_time", "min_value": MIN_RECEIVED_TIME,
                                                        "max_value": 1e11})),
     "timestamp_skew": (
-        lambda lim: F.col("timestamp").isNull() | (F.col("timestamp") == 0)
-        | (F.abs(F.col("timestamp") / F.lit(1e9) - F.col("received_time")) <= lim.max_clock_skew_s),
+        lambda lim: F.col("timestamp").isNull() | (F.col("timestamp") == 0) | (_clock_skew() <= lim.max_clock_skew_s),
         lambda lim: ("ExpectColumnValuesToBeBetween", {"column": "audit_clock_skew_s",
                                                         "max_value": lim.max_clock_skew_s})),
 }
@@ -96,7 +100,7 @@ def _audit_columns() -> dict[str, Column]:
     """Columns `audit` adds to a stored table for the expectations above (null: nothing to check)."""
     timed = F.col("timestamp").isNotNull() & (F.col("timestamp") != 0)
     return {"audit_message_size": _message_size(), "audit_meta_bytes": F.length("meta"),
-            "audit_clock_skew_s": F.when(timed, F.abs(F.col("timestamp") / F.lit(1e9) - F.col("received_time")))}
+            "audit_clock_skew_s": F.when(timed, _clock_skew())}
 
 if set(_SPARK) != set(core_rules.RULE_NAMES):
     raise ImportError(f"pipeline.store.validation: Spark predicates {sorted(_SPARK)} differ from the rules "
