@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topology", choices=["local", "cluster"], default="local",
                         help="local: one broker, Spark in local mode, a local warehouse (default); cluster: "
                              "S3 server, 3 Kafka brokers, a Spark master and 2 workers, 2 bridges (docs/deployment.md)")
+    parser.add_argument("--logs", help="--topology local: the jobs' and the bridge's logs (default: beside the "
+                        "checkpoints; var/logs when they are on object storage)")
     parser.add_argument("--cluster-dir", default=str(REPO_ROOT / "var" / "cluster"),
                         help="--topology cluster: its state and logs (default var/cluster)")
     args = parser.parse_args(argv)
@@ -155,6 +157,17 @@ def _watch(config: Config, procs: dict[str, subprocess.Popen], logs: Path, stop:
         stop.wait(0.5)
 
 
+def local_logs(config: Config, given: str | None) -> Path:
+    """Where a local run's logs go: `given`, else beside the checkpoints, which on object storage
+    (s3a://) are no directory of this machine: then var/logs."""
+    from core.settings import is_s3
+
+    if given:
+        return Path(given)
+    checkpoints = config.path("warehouse.checkpoints")
+    return REPO_ROOT / "var" / "logs" if is_s3(checkpoints) else Path(checkpoints).parent
+
+
 def run(config: Config, args: argparse.Namespace) -> int:
     from tools.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError
     from tools.processes import start_bridge, start_publisher
@@ -165,7 +178,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
     publisher = None
     dashboard = None
     stop = _stop_on_signals()
-    logs = Path(config.path("warehouse.checkpoints")).parent
+    logs = local_logs(config, args.logs)
     logs.mkdir(parents=True, exist_ok=True)
     try:
         if config.uses_embedded_kafka():

@@ -116,8 +116,10 @@ def stack_overrides(tmp: Path, kafka_port: int, metrics_port: int, topic: str) -
 
 
 def start_local_run(overrides: list[str], run_log: Path) -> subprocess.Popen:
-    """`tools.local_run --no-demo --no-dashboard` with `overrides`, in its own session, output to `run_log`."""
-    argv = [sys.executable, "-m", "tools.local_run", "--no-demo", "--no-dashboard"]
+    """`tools.local_run --no-demo --no-dashboard` with `overrides`, in its own session, output to
+    `run_log`, the jobs' and the bridge's logs beside it in var/."""
+    argv = [sys.executable, "-m", "tools.local_run", "--no-demo", "--no-dashboard",
+            "--logs", str(run_log.parent / "var")]
     for o in overrides:
         argv += ["--set", o]
     return subprocess.Popen(argv, cwd=REPO_ROOT, stdout=run_log.open("w"), stderr=subprocess.STDOUT,

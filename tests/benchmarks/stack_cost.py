@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/benchmarks/stack_cost.py [--quick] [--idle-s 60] [--trickle-rate 50]
         [--trickle-s 60] [--freshness-rate 1000 --freshness-s 30] [--threads] [--set k=v ...]
+        [--warehouse local|s3]
 
 Starts the stack as `tools.local_run --no-demo --no-dashboard` does (embedded Kafka, the store,
 subscriptions and filter jobs through ./spark-submit.sh, the bridge on cluster 1, every shard) on
@@ -325,6 +326,9 @@ def main() -> int:
     parser.add_argument("--threads", action="store_true", help="the busiest threads of each process")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="extra local_run --set k=v")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
+    parser.add_argument("--warehouse", choices=["local", "s3"], default="local",
+                        help="s3: tables and checkpoints on a SeaweedFS S3 gateway started for the run (its CPU "
+                             "counted as `seaweedfs`)")
     parser.add_argument("--role", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -342,9 +346,16 @@ def main() -> int:
     kafka_port, metrics_port = free_port(), free_port()
     run_log = tmp / "local_run.log"
     result: dict = {"cores": os.cpu_count(), "load_avg_1m_before": round(os.getloadavg()[0], 2),
-                    "overrides": args.overrides}
+                    "overrides": args.overrides, "warehouse": args.warehouse}
     local = None
+    s3 = None
     try:
+        if args.warehouse == "s3":  # SeaweedFS's S3 gateway: tables and checkpoints on s3a://
+            from tools.object_store import SeaweedS3
+
+            s3 = SeaweedS3(tmp / "s3").start()
+            s3.create_bucket("waku")
+            args.overrides = [*s3.overrides("waku"), *args.overrides]
         print(f"starting the stack (logs in {tmp}) ...", flush=True)
         began = time.monotonic()
         local = start_local_run(stack_overrides(tmp, kafka_port, metrics_port, TOPIC) + args.overrides, run_log)
@@ -353,6 +364,8 @@ def main() -> int:
         result["startup_s"] = round(time.monotonic() - began, 1)
         time.sleep(settle)
         groups = stack_groups(local.pid)
+        if s3 is not None and s3.proc is not None:
+            groups["seaweedfs"] = s3.proc.pid  # its own session: the group is its pid
         print(f"up in {result['startup_s']} s: {addr}; processes {groups}", flush=True)
 
         idle = Window(groups, args.threads)
@@ -441,6 +454,8 @@ def main() -> int:
                 local.wait(180)
             except subprocess.TimeoutExpired:
                 os.killpg(local.pid, signal.SIGKILL)
+        if s3 is not None:
+            s3.stop()
         if args.keep:
             print(f"kept {tmp}")
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from core.config import load_config
 from tools.dashboard import DashboardSettings
-from tools.local_run import cluster_job_args
+from tools.local_run import REPO_ROOT, cluster_job_args, local_logs
 
 S3 = ["warehouse.root=s3a://b/w", "warehouse.checkpoints=s3a://b/c", "warehouse.s3_endpoint=http://127.0.0.1:9",
       "warehouse.s3_path_style=true", "warehouse.s3_access_key=k", "warehouse.s3_secret_key=s"]
@@ -32,3 +32,12 @@ def test_cluster_jobs_get_their_task_slots():
     assert "spark.scheduler.minRegisteredResourcesRatio=1.0" in store_args
     assert "spark.databricks.delta.snapshotPartitions=2" in store_args  # not Delta's 50 on one core
     assert "spark.databricks.delta.snapshotPartitions=6" in filter_args
+
+
+def test_a_local_run_on_object_storage_logs_to_a_local_directory():
+    """Beside the checkpoints on disk; never a directory named `s3a:` when they are on S3."""
+    local = load_config(["warehouse.checkpoints=/tmp/x/var/checkpoints"])
+    assert str(local_logs(local, None)) == "/tmp/x/var"
+    s3 = load_config(["warehouse.checkpoints=s3a://waku/waku/checkpoints"])
+    assert local_logs(s3, None) == REPO_ROOT / "var" / "logs"
+    assert str(local_logs(s3, "/tmp/logs")) == "/tmp/logs"
