@@ -35,6 +35,7 @@ from ingest.filter.codec import (
     FILTER_V00_CODEC,
     MAX_PUSH_BYTES,
     MAX_REQUEST_BYTES,
+    TOO_MANY_REQUESTS,
 )
 from ingest.framing import frame, read_frame
 from ingest.host import build_host, dial, forget_closed, listen_addrs
@@ -129,7 +130,9 @@ class FilterClient:
                 resp = fv2.FilterSubscribeResponse.FromString(await read_frame(stream, MAX_REQUEST_BYTES))
         finally:
             await stream.close()
-        if resp.request_id != rid:
+        # A rate-limit refusal may carry another id: the service refuses before it reads the
+        # request (go-waku answers "N/A"); nwaku's client takes it (waku_filter_v2/client.nim).
+        if resp.request_id != rid and resp.status_code != TOO_MANY_REQUESTS:
             raise RuntimeError(f"response for {resp.request_id!r}, expected {rid!r}")
         if resp.status_code == 200:
             if kind == Req.SUBSCRIBE:

@@ -23,6 +23,7 @@ from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC
 from ingest.relay.gossipsub import RECEIVE_WINDOW, new_relay
 from schemas.waku_message_pb2 import WakuMessage
 from tests.integration.test_bridge_kafka import Proxy, count_records, create_topic
+from tests.waiting import progress
 
 pytestmark = pytest.mark.integration
 
@@ -32,17 +33,6 @@ CONTENT_TOPIC = "/readpath/1/test/proto"
 def message(i: int, size: int = 1024) -> WakuMessage:
     return WakuMessage(payload=i.to_bytes(4, "big") * (size // 4), content_topic=CONTENT_TOPIC,
                        timestamp=time.time_ns())
-
-
-async def progress(get, target: int, what: str, stall_s: float = 60.0) -> None:
-    """Until get() >= target; fails only when it stops moving for stall_s (a busy machine is slow)."""
-    last, since = get(), trio.current_time()
-    while get() < target:
-        await trio.sleep(0.05)
-        if get() != last:
-            last, since = get(), trio.current_time()
-        elif trio.current_time() - since > stall_s:
-            raise AssertionError(f"{what}: stuck at {get()} of {target}")
 
 
 async def run_pair(sink, body, per_rpc: int = 1) -> None:

@@ -24,6 +24,7 @@ from ingest.relay.codec import DEFAULT_PUBSUB_TOPIC
 from ingest.settings import BridgeSettings
 from schemas.waku_message_pb2 import WakuMessage
 from tests.conftest import BATCH_AT_EVERY_TRIGGER
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -87,22 +88,6 @@ class Net:
             trio.from_thread.run_sync(self._stop.set, trio_token=self.token)
         if self._thread:
             self._thread.join(60)
-
-
-def wait_until(predicate, timeout: float = 60.0, what: str = "condition", progress=None,
-               cap: float = 900.0) -> None:
-    """Until `predicate()`; fails after `timeout` s, or, with `progress` (a callable), after
-    `timeout` s in which its value did not change, at most `cap` s in all (a busy machine)."""
-    now = time.monotonic()
-    deadline, hard, seen = now + timeout, now + cap, None
-    while not predicate():
-        if progress is not None:
-            value = progress()
-            if value != seen:
-                seen, deadline = value, time.monotonic() + timeout
-        if time.monotonic() > min(deadline, hard):
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def streaming_progress(spark) -> tuple:

@@ -32,6 +32,7 @@ from ingest.store.tail import kafka_seconds
 from schemas import pipeline_records_pb2 as pr
 from schemas import waku_message_pb2 as wm
 from tests.seeds import seeded
+from tests.waiting import until
 from tools.loadgen import INVALID_KINDS, LoadGenerator, LoadProfile, produce, producer
 
 pytestmark = pytest.mark.integration
@@ -164,15 +165,6 @@ def _utc(ms: int | None):
     return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
 
 
-async def wait_until(check, timeout: float = 30.0, step: float = 0.02):
-    with trio.fail_after(timeout):
-        while True:
-            got = await check()
-            if got:
-                return got
-            await trio.sleep(step)
-
-
 def test_fresh_messages_are_answered_before_the_commit_and_pages_are_exact_across_it(spark, kafka, tmp_path):
     seed, rnd = seeded()
     topic = new_topic(kafka)
@@ -226,7 +218,7 @@ def test_fresh_messages_are_answered_before_the_commit_and_pages_are_exact_acros
                         resp = await client.query_v3(peer, codec_v3.request("f", hashes=[h]))
                         return resp.status_code == 200 and len(resp.messages) == 1
 
-                    await wait_until(visible, 10, 0.005)
+                    await until(visible, "visible", 10, 0.005)
                     latencies.append((time.perf_counter() - acked) * 1000)
                 # Batch 2: more of everything, duplicates of batch 1 messages among it.
                 for g in gen.batch(250):
@@ -238,7 +230,7 @@ def test_fresh_messages_are_answered_before_the_commit_and_pages_are_exact_acros
 
                 async def all_fresh_in_tail():
                     return len(tail) == pending
-                await wait_until(all_fresh_in_tail)
+                await until(all_fresh_in_tail, "all fresh in tail", 30, 0.02)
                 assert reader.snapshot.version == version  # nothing committed: all from the tail
                 print(f"queryable after the Kafka acknowledgement (v3 lookup over libp2p, 15 messages): "
                       f"p50 {statistics.median(latencies):.1f} ms, max {max(latencies):.1f} ms; tail {len(tail)}")
@@ -285,7 +277,7 @@ def test_fresh_messages_are_answered_before_the_commit_and_pages_are_exact_acros
                 async def committed():
                     return reader.snapshot.version > version and len(tail) == 0
                 began = time.monotonic()
-                await wait_until(committed, 30)
+                await until(committed, "committed", 30, 0.02)
                 print(f"commit visible to the service after the job returned: {time.monotonic() - began:.2f} s")
                 for _ in range(2000):
                     if all(w["done"] for w in walks.values()):
@@ -360,7 +352,7 @@ def test_bridge_answers_lightpushed_messages_from_kafka_with_no_store_job(kafka,
                         async def visible(h=h):
                             resp = await client.query_v3(bridge_id, codec_v3.request("f", hashes=[h]))
                             return len(resp.messages) == 1
-                        await wait_until(visible, 10, 0.002)
+                        await until(visible, "visible", 10, 0.002)
                         latencies.append((time.perf_counter() - acked) * 1000)
                     resp = await client.query_v3(bridge_id, codec_v3.request(
                         "all", content_topics=[ct], pubsub_topic=shard, forward=True, limit=100))
@@ -442,7 +434,7 @@ def test_an_idle_tail_reads_kafka_in_batches_and_the_next_query_sees_every_ackno
                     return follower.idle
                 firsts = []
                 for round_ in range(5):
-                    await wait_until(idle, 30)
+                    await until(idle, "idle", 30, 0.02)
                     # Idle: 40 records over ~0.4 s, taken in by a few reads, not one take each.
                     takes.clear()
                     held = len(tail)
@@ -453,7 +445,7 @@ def test_an_idle_tail_reads_kafka_in_batches_and_the_next_query_sees_every_ackno
 
                     async def all_taken(want=held + 40):
                         return len(tail) == want
-                    await wait_until(all_taken, 30)
+                    await until(all_taken, "all taken", 30, 0.02)
                     assert follower.idle and len(takes) <= 10, takes
                     # Acknowledged, then asked for at once: the first answer has it.
                     g = gen.next()

@@ -23,6 +23,7 @@ from schemas import filter_v2_pb2 as fv2
 from schemas import lightpush_pb2 as lp
 from schemas.waku_message_pb2 import WakuMessage
 from tests.integration.test_bridge import create_topic
+from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -48,14 +49,6 @@ async def push(host, peer_id, request_id: str) -> int | None:
     except Exception:  # noqa: BLE001 - a refused stream: reset by the bridge
         return None
     return None if data is None else lp.LightpushResponse.FromString(data).status_code
-
-
-async def until(predicate, what: str, timeout: float = 60.0) -> None:
-    """Wait on progress, not a fixed delay: `predicate()` polled every 10 ms."""
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.01)
-    assert predicate(), what
 
 
 def test_stream_caps_per_peer_and_total(kafka, tmp_path):

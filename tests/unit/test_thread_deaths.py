@@ -5,15 +5,18 @@ fault would end it), not by a flag the code checks."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import random
 import threading
-import time
 
 import pyarrow as pa
 
 from core.threads import SupervisedThread
 from ingest.store.reader import MESSAGES_ARROW_SCHEMA, ReaderSettings, StoreReader, write_messages
 from tests.unit.test_store_query import random_rows
+from tests.waiting import wait_until
+
+until = functools.partial(wait_until, step=0.01)  # a thread's restart is quick: poll often
 
 
 def kill(thread_name: str, exc: type[BaseException] = SystemExit) -> None:
@@ -24,13 +27,6 @@ def kill(thread_name: str, exc: type[BaseException] = SystemExit) -> None:
     assert ident is not None
     done = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc))
     assert done == 1
-
-
-def until(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_a_killed_supervised_thread_is_counted_reported_and_started_again():
