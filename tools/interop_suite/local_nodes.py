@@ -321,6 +321,10 @@ def gowaku_command(args: dict[str, Any], node_dir: Path) -> list[str]:
     flags.setdefault("websocket-address", LOOPBACK)
     flags.setdefault("key-file", str(node_dir / "nodekey"))
     flags.setdefault("log-encoding", "nocolor")
+    # Every node here is 127.0.0.1 (in docker each has an IP of its own), and each of ours dials
+    # from two hosts (the node's and its REST filter client's): go-waku's 5 connections an IP
+    # (DefaultMaxConnectionsPerIP) then refuses the fourth node's dial in its security handshake.
+    flags.setdefault("ip-colocation-limit", 0)
     if (os.environ.get("WAKU_SUITE_GOWAKU_DEFAULT_SHARD", "1") == "1" and "pubsub-topic" not in flags
             and "topic" not in flags and "content-topic" not in flags and "cluster-id" in flags):
         flags["pubsub-topic"] = f"/waku/2/rs/{flags['cluster-id']}/0"
