@@ -121,6 +121,12 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def spark_jobs(one_driver: bool) -> list[str]:
+    """The Spark jobs of a full stack: the three live queries a driver each, or `live` (one
+    driver: spark.one_driver)."""
+    return ["live"] if one_driver else ["store", "subscriptions", "filter"]
+
+
 def _submit(job: str, args: list[str], logs: Path) -> subprocess.Popen:
     """`./spark-submit.sh job args...` in its own process group, its output in logs/<job>-job.log."""
     return subprocess.Popen([str(REPO_ROOT / "spark-submit.sh"), job, *args],
@@ -194,7 +200,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
         job_args = [a for item in args.overrides for a in ("--set", item)]
         if args.config:
             job_args += ["--config", args.config]
-        live = ["live"] if config.get("spark.one_driver") else ["store", "subscriptions", "filter"]
+        live = spark_jobs(bool(config.get("spark.one_driver")))
         for job in live if args.with_filter else ["store"]:
             log.info("starting the %s job (log: %s)", job, logs / f"{job}-job.log")
             jobs[job] = _submit(job, job_args, logs)

@@ -22,6 +22,7 @@ import multiaddr
 import trio
 from libp2p.abc import IHost
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -582,6 +583,22 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     return text(status, exc.detail if isinstance(exc, HTTPException) else "Internal server error")
 
 
+class _AnyPath(Convertor[str]):
+    """Starlette's `path` that also takes control characters: a topic may hold a tab or a
+    newline (percent-encoded in the URL, as the suite's `\t\nSpecial\tCharacters\n`), which
+    `path`'s `.*` stops at; nwaku's router takes any decoded segment."""
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("anypath", _AnyPath())
+
+
 async def _server_error(request: Request, exc: Exception) -> Response:
     log.error("rest: %s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
     return text(500, "Internal server error")
@@ -606,17 +623,17 @@ def build_app(node: RestNode, settings: RestSettings, cache: MessageCache,
     relay_routes = [
         r("/relay/v1/subscriptions", api.relay_subscribe, "POST"),
         r("/relay/v1/subscriptions", api.relay_unsubscribe, "DELETE"),
-        r("/relay/v1/messages/{topic:path}", api.relay_get, "GET"),
-        r("/relay/v1/messages/{topic:path}", api.relay_post, "POST"),
+        r("/relay/v1/messages/{topic:anypath}", api.relay_get, "GET"),
+        r("/relay/v1/messages/{topic:anypath}", api.relay_post, "POST"),
         r("/relay/v1/auto/subscriptions", api.auto_subscribe, "POST"),
         r("/relay/v1/auto/subscriptions", api.auto_unsubscribe, "DELETE"),
         r("/relay/v1/auto/messages", api.auto_post, "POST"),
-        r("/relay/v1/auto/messages/{topic:path}", api.auto_get, "GET"),
+        r("/relay/v1/auto/messages/{topic:anypath}", api.auto_get, "GET"),
     ]
     if getattr(node.settings, "relay", True):
         routes += relay_routes
     else:  # nwaku without relay (--relay=false)
-        routes.append(r("/relay/{rest:path}", remote.relay_off, "GET", "POST", "DELETE", "PUT"))
+        routes.append(r("/relay/{rest:anypath}", remote.relay_off, "GET", "POST", "DELETE", "PUT"))
     if settings.admin:
         routes += [
             r("/admin/v1/peers", api.admin_peers, "GET"),
@@ -626,7 +643,7 @@ def build_app(node: RestNode, settings: RestSettings, cache: MessageCache,
             r("/admin/v1/log-level/{level}", api.admin_log_level, "POST"),
         ]
     else:
-        routes.append(r("/admin/{rest:path}", api.admin_off, "GET", "POST", "DELETE", "PUT"))
+        routes.append(r("/admin/{rest:anypath}", api.admin_off, "GET", "POST", "DELETE", "PUT"))
     if filter_client is not None:
         routes += [
             r("/filter/v2/subscriptions", api.filter_subscribe, "POST", "PUT"),
@@ -634,10 +651,10 @@ def build_app(node: RestNode, settings: RestSettings, cache: MessageCache,
             r("/filter/v2/subscriptions/all", api.filter_unsubscribe_all, "DELETE"),
             r("/filter/v2/subscriptions/{request_id}", api.filter_ping, "GET"),
             r("/filter/v2/subscriptions/", api.filter_ping, "GET"),
-            r("/filter/v2/messages/{topic:path}", api.filter_messages, "GET"),
+            r("/filter/v2/messages/{topic:anypath}", api.filter_messages, "GET"),
         ]
     else:  # nwaku's answer without a filter client
-        routes.append(r("/filter/{rest:path}", api.filter_off, "GET", "POST", "PUT", "DELETE"))
+        routes.append(r("/filter/{rest:anypath}", api.filter_off, "GET", "POST", "PUT", "DELETE"))
     middleware = []
     regex = origin_regex(settings.allow_origins)
     if regex is not None:

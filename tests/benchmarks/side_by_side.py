@@ -619,11 +619,15 @@ def phase_flat(side: Side, seconds: float) -> dict:
     return out
 
 
-def phase_store(side: Side, clients: int, seconds: float, start_ns: int, end_ns: int) -> dict:
+def phase_store(side: Side, clients: int, seconds: float, start_ns: int, end_ns: int,
+                pages_per_s: float = 0.0) -> dict:
+    """`clients` store-bench clients for `seconds`: closed loop, or with `pages_per_s` > 0 open
+    loop at pages_per_s / clients each (latency from when each page was due)."""
     topics = [f"/sbs/1/f{j}/proto" for j in range(4)] + ["/sbs/1/q/proto", "/sbs/1/flat/proto"]
     cts = [a for t in topics for a in ("--content-topic", t)]
+    paced = ["--rate", f"{pages_per_s / clients:.6f}"] if pages_per_s > 0 else []
     procs = [GoClient(["store-bench", *common(side), *cts, "--seconds", str(seconds), "--seed", str(i + 1),
-                       "--start-ns", str(start_ns), "--end-ns", str(end_ns), "--timeout", "60",
+                       "--start-ns", str(start_ns), "--end-ns", str(end_ns), "--timeout", "60", *paced,
                        *(["--legacy"] if side.legacy_store else [])],
                       side.tmp / f"store-{i}.log", stdin=True) for i in range(clients)]
     try:
@@ -647,6 +651,8 @@ def phase_store(side: Side, clients: int, seconds: float, start_ns: int, end_ns:
     cpu_s = sum(cpu.values())
     return {
         "clients": clients, "seconds": seconds, "protocol": "legacy store" if side.legacy_store else "store v3",
+        "rate": pages_per_s or None,
+        "late_pages": sum(int(s.get("late") or 0) for s in sums) if pages_per_s > 0 else None,
         "pages": pages, "errors": errors,
         "last_error": next((s.get("last_error") for s in sums if s.get("last_error")), None),
         "messages": sum(int(s.get("messages") or 0) for s in sums), "pages_per_s": rate(pages, t1 - t0),

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.config import load_config
-from tools.interop_suite.run import Services
+from tools.interop_suite.run import SPARK_JOBS, Services
+from tools.local_run import spark_jobs
 
 CADENCE = ("store.min_offsets_per_trigger", "store.max_trigger_delay_s", "store.trigger_seconds",
            "filter.subscriptions_min_events_per_trigger", "filter.subscriptions_max_trigger_delay_s",
@@ -22,3 +23,10 @@ def test_live_job_keeps_the_product_cadence():
     for key in CADENCE:
         assert launched.get(key) == product.get(key), key
     assert launched.get("kafka.bootstrap_servers") == "127.0.0.1:19092"
+
+
+def test_the_launcher_starts_the_products_jobs():
+    """By default the jobs a driver each, as make run and a deployment run them (the filter
+    query's real-time tasks on cores of their own); --spark live: the one-driver job."""
+    assert sorted(SPARK_JOBS["jobs"]) == sorted(spark_jobs(one_driver=False))
+    assert SPARK_JOBS["live"] == spark_jobs(one_driver=True)

@@ -146,3 +146,22 @@ def test_bodies_over_the_cap_are_413(api):
         r = http.post("/filter/v2/subscriptions", content=b" " * size, headers={"content-type": "application/json"})
         assert (r.status_code, r.text) == (413, f"Request body exceeds {cap} bytes"), size
     assert client.requests == []
+
+
+def test_a_content_topic_with_control_characters_is_a_route(api):
+    """The suite's test_filter_update_subscription_add_30_new_content_topics reads
+    `GET /filter/v2/messages/%09%0ASpecial%09Characters%0A`: nwaku's router takes any decoded
+    segment; Starlette's `path` pattern (`.*`) stops at a newline, which answered 400
+    `Invalid path or method used`. The relay routes take such a topic the same way."""
+    http, client, cache = api
+    ct = "\t\nSpecial\tCharacters\n"
+    r = http.post("/filter/v2/subscriptions", json={"requestId": "1", "contentFilters": [ct], "pubsubTopic": SHARD})
+    assert r.status_code == 200, r.text
+    cache.add(SHARD, WakuMessage(payload=b"a", content_topic=ct, timestamp=5))
+    r = http.get(f"/filter/v2/messages/{quote(ct, safe='')}")
+    assert r.status_code == 200, r.text
+    assert [(m["payload"], m["contentTopic"]) for m in r.json()] == [("YQ==", ct)]
+    r = http.get(f"/filter/v2/messages/{quote(SHARD, safe='')}/{quote(ct, safe='')}")
+    assert (r.status_code, r.json()) == (200, [])  # taken above
+    r = http.get("/filter/v2/messages/%0A")
+    assert (r.status_code, r.text) == (400, "Not subscribed to topic: \n")

@@ -4,12 +4,14 @@ node without docker, and count the results per area and node pair.
     python3 tools/interop_suite/run.py --suite /work/interop-suite --venv /work/interop-venv \
         [--areas relay,store,lightpush,filter,sharding] [--pairs us:us,go-waku:us,us:go-waku] \
         [--run-dir /work/interop-run] [--timeout 240] [--health-shim] [--isolation-store test] \
-        [--kafka HOST:PORT] [--no-spark] [-k EXPR] [--pytest-arg ARG ...]
+        [--kafka HOST:PORT] [--spark jobs|live] [--no-spark] [-k EXPR] [--pytest-arg ARG ...]
 
 Starts once, shared by every node of every test: the embedded Kafka broker
-(`python -m tools.embedded_kafka start`, the pipeline's topics) and the Spark live job
-(`./spark-submit.sh live`: the store, subscriptions and filter queries in one driver, writing
-the Delta warehouse under --run-dir); then runs the suite's pytest once per area and pair, one
+(`python -m tools.embedded_kafka start`, the pipeline's topics) and the Spark jobs, writing the
+Delta warehouse under --run-dir: by default as the product runs them (`--spark jobs`:
+`./spark-submit.sh store`, `subscriptions` and `filter`, a driver each, the filter query on
+cores of its own), or `--spark live` (`./spark-submit.sh live`: the three queries in one
+driver, `spark.one_driver = true`); then runs the suite's pytest once per area and pair, one
 after another, with the plugin local_nodes.py (our node and go-waku as local processes), and
 prints a table of run / passed / failed / skipped (errors count as failed) from each run's JUnit
 XML, and every failed test with the first line of its failure. Results: <run-dir>/results/
@@ -42,7 +44,9 @@ AREAS = {"relay": "tests/relay", "store": "tests/store", "lightpush": "tests/lig
 # Not applicable without docker or outside this node: RLN (a Sepolia/Anvil contract and nwaku's
 # generateRlnKeystore in the image), postgres (nwaku's --store-message-db-url, refused here).
 IGNORED = ["tests/relay/test_rln.py", "tests/store/test_external_db.py"]
-PARTITIONS = 2  # of waku.messages and waku.subscriptions: the live job's filter needs one slot each
+# --spark: the product's jobs a driver each (tools.local_run.spark_jobs(False)), or its one driver
+SPARK_JOBS = {"jobs": ["subscriptions", "store", "filter"], "live": ["live"]}
+PARTITIONS = 2  # of waku.messages and waku.subscriptions: the filter query needs one slot each
 
 
 def log(msg: str) -> None:
@@ -90,20 +94,27 @@ class Services:
         return [*self.sets(), "filter.subscriptions_warm_up=false", "job_metrics.store_port=-1",
                 "job_metrics.subscriptions_port=-1", "job_metrics.filter_port=-1"]
 
-    def start_spark(self) -> None:
-        """The store, subscriptions and filter queries in one driver, on the product's batch
-        cadence, metrics endpoints off. Not a batch at every trigger: at the suite's trickle the
-        store query then ran a 1-4 s Delta batch every second and the subscriptions query a MERGE
-        at each subscribe, CPU the filter push path (the suite reads a push once, 0.1 s after the
-        publish) lost on 2 cores. Neither is on that path, and the store service's Kafka tail
-        covers what the store job has not written yet."""
-        out = self.run_dir / "live-job.log"
-        sets = self.live_sets()
-        proc = subprocess.Popen([str(MAIN / "spark-submit.sh"), "live", *(w for s in sets for w in ("--set", s))],
-                                cwd=MAIN, stdout=out.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append(proc)
-        wait_for_line(out, "filter query started", proc, 900)
-        wait_for_line(out, "store query started", proc, 300)
+    def start_spark(self, mode: str = "jobs") -> None:
+        """The store, subscriptions and filter queries on the product's batch cadence, metrics
+        endpoints off: `jobs`, a driver each, as `make run` and a deployment start them (the
+        filter query's real-time tasks on cores no store batch or MERGE shares: the suite reads
+        a push once, 0.1 s after the publish); `live`, the three in one driver (jobs/live.py).
+        Not a batch at every trigger: at the suite's trickle the store query then ran a 1-4 s
+        Delta batch every second and the subscriptions query a MERGE at each subscribe, CPU the
+        filter push path lost on 2 cores. Neither is on that path, and the store service's Kafka
+        tail covers what the store job has not written yet."""
+        sets = [w for s in self.live_sets() for w in ("--set", s)]
+        jobs = SPARK_JOBS[mode]
+        started = []
+        for job in jobs:
+            out = self.run_dir / f"{job}-job.log"
+            proc = subprocess.Popen([str(MAIN / "spark-submit.sh"), job, *sets], cwd=MAIN, stdout=out.open("w"),
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            self.procs.append(proc)
+            started.append((job, out, proc))
+        for job, out, proc in started:
+            for query in {"live": ["filter", "store"]}.get(job, [job]):
+                wait_for_line(out, f"{query} query started", proc, 900)
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
@@ -169,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="store area: shared warehouse and topics (default) or each test its own topics")
     p.add_argument("--kafka", default="", help="use this broker (and its topics) instead of starting one")
     p.add_argument("--kafka-port", type=int, default=19092)
-    p.add_argument("--no-spark", action="store_true", help="do not start the Spark live job")
+    p.add_argument("--spark", choices=sorted(SPARK_JOBS), default="jobs",
+                   help="the Spark jobs a driver each, as the product runs them (default), or the live job's "
+                        "one driver")
+    p.add_argument("--no-spark", action="store_true", help="do not start the Spark jobs")
     p.add_argument("--our-log-level", default="", help="replaces the suite's --log-level TRACE for our node")
     p.add_argument("-k", dest="keyword", default="", help="pytest -k expression")
     p.add_argument("--pytest-arg", action="append", default=[], help="more pytest arguments")
@@ -194,17 +208,18 @@ def main(argv: list[str] | None = None) -> int:
         "tag": args.tag, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "our_commit": head_commit(),
         "suite_commit": suite_commit(Path(args.suite)),
-        "health_shim": args.health_shim, "relay_shim": args.relay_shim, "timeout": args.timeout, "runs": runs}
+        "health_shim": args.health_shim, "relay_shim": args.relay_shim, "timeout": args.timeout,
+        "spark": "none" if args.no_spark else args.spark, "runs": runs}
     try:
         kafka = args.kafka
         if not kafka:
             log(f"starting embedded Kafka on 127.0.0.1:{args.kafka_port} (log {run_dir / 'kafka.log'})")
             kafka = services.start_kafka()
         if not args.no_spark:
-            log(f"starting the Spark live job (log {run_dir / 'live-job.log'})")
+            log(f"starting the Spark jobs ({args.spark}; logs {run_dir}/*-job.log)")
             began = time.monotonic()
-            services.start_spark()
-            log(f"Spark live job started in {time.monotonic() - began:.0f} s")
+            services.start_spark(args.spark)
+            log(f"Spark jobs started in {time.monotonic() - began:.0f} s")
         for area in args.areas.split(","):
             for pair in args.pairs.split(","):
                 node1, node2 = PAIRS[pair]

@@ -25,7 +25,9 @@ func cmdLightpush(ctx context.Context, o *options, log *zap.Logger) result {
 	proto := string(lightpush.LightPushID_v20beta1)
 	statuses := []string{}
 	hashes := []string{}
+	latencies := []float64{} // ms from when each push was due (--rate: open loop, no coordinated omission) to its answer
 	ok := 0
+	p := pacer{start: time.Now(), rate: o.rate}
 	fields := func() obj {
 		f := s.connFields(nil)
 		f["protocol"] = proto
@@ -33,6 +35,8 @@ func cmdLightpush(ctx context.Context, o *options, log *zap.Logger) result {
 		f["pushed_ok"] = ok
 		f["statuses"] = statuses
 		f["hashes"] = hashes
+		f["latencies_ms"] = latencies
+		f["start_unix_ms"] = p.start.UnixMilli() // push i was due at start + i / --rate
 		f["prefix"] = o.prefix
 		return f
 	}
@@ -40,9 +44,13 @@ func cmdLightpush(ctx context.Context, o *options, log *zap.Logger) result {
 		return fail(fields(), "%v", err)
 	}
 	lp := s.node.Lightpush()
-	p := pacer{start: time.Now(), rate: o.rate}
+	p.start = time.Now() // after connecting: push i is due at start + i / --rate
 	for i := 0; i < o.count && ctx.Err() == nil; i++ {
 		p.wait(ctx, i)
+		due := time.Now()
+		if o.rate > 0 {
+			due = p.start.Add(time.Duration(float64(i) / o.rate * float64(time.Second)))
+		}
 		msg := makeMessage(o.prefix, i, o.payloadSize, o.contentTopic())
 		want := msg.Hash(o.pubsubTopic).String()
 		hub.take("could not publish message")
@@ -68,6 +76,7 @@ func cmdLightpush(ctx context.Context, o *options, log *zap.Logger) result {
 		}
 		statuses = append(statuses, status)
 		hashes = append(hashes, want)
+		latencies = append(latencies, float64(time.Since(due).Microseconds())/1000)
 		if !o.quiet {
 			event("lightpush", obj{"index": i, "hash": want, "ok": err == nil, "status": status,
 				"payload": payloadText(msg.Payload)})
