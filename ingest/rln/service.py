@@ -7,7 +7,7 @@ for what the node publishes itself and for light clients' pushes, the membership
     msg = await rln.attach(msg)                # a proof from our membership (OutOfProofs)
 
 The checks are nwaku's, in its order (ingest/rln/rules.py); the zkSNARK verification runs in
-one of zk.Verifier's resident threads with the GIL released (zerokit through waku_rln), so the
+one of zk.Verifier's native threads, which never take the GIL (zerokit through waku_rln), so the
 relay keeps reading its other peers meanwhile.
 """
 from __future__ import annotations

@@ -3,16 +3,17 @@
 Groth16 proving and verification over the embedded depth-20 circuit, a Merkle tree.
 
 Verification and proving release the GIL. Proofs are made in a trio worker thread
-(`trio.to_thread.run_sync`); verifications go to :class:`Verifier`'s resident threads (a
-queue hop and one wake-up instead of trio's per-call thread machinery, 0.4 ms of a 3 ms
-verification), so the bridge's trio loop keeps reading its peers meanwhile.
+(`trio.to_thread.run_sync`); verifications go to :class:`Verifier`'s resident native threads
+(one hand-over and one wake-up of the loop, no GIL between them, instead of trio's per-call
+thread machinery: 0.4 ms of a 3 ms verification), so the bridge's trio loop keeps reading its
+peers meanwhile.
 """
 from __future__ import annotations
 
+import itertools
 import os
-import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import trio
@@ -80,62 +81,71 @@ def prove(identity_secret: bytes, user_message_limit: int, message_id: int, path
     return bytes(p), bytes(r), bytes(sx), bytes(sy), bytes(n)
 
 
+class _Inbox:
+    """One trio run's end of the verifier: the native inbox (an eventfd the pool's threads write
+    after each verdict), the tasks waiting for their verdicts, and the system task that wakes
+    on the eventfd and hands each verdict to its task."""
+
+    def __init__(self) -> None:
+        self.native = native().Inbox(os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC))
+        self.waiting: dict[int, tuple[trio.lowlevel.Task, list[str]]] = {}
+        trio.lowlevel.spawn_system_task(self._hand_back, name="rln-verdicts")
+
+    async def _hand_back(self) -> None:
+        fd = self.native.fileno()
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            for job, verdict in self.native.take():
+                entry = self.waiting.pop(job, None)
+                if entry is not None:  # None: its caller was cancelled
+                    entry[1].append(verdict)
+                    trio.lowlevel.reschedule(entry[0])
+
+
+_INBOX: trio.lowlevel.RunVar[_Inbox] = trio.lowlevel.RunVar("rln_verify_inbox")
+_jobs = itertools.count()
+
+
 class Verifier:
-    """`threads` resident daemon threads that run zerokit's verification off the trio loop.
+    """`threads` native threads (waku_rln.VerifyPool) that run zerokit's verification off the
+    trio loop.
 
         verdict = await verifier().verify(proof, root, en, x, share_x, share_y, nullifier)
 
-    Each call queues its arguments and sleeps until a thread hands the verdict back through
-    the caller's trio token; calls from many peers queue up and run `threads` at a time. A
-    cancelled caller's verification still runs to its end; its verdict is dropped."""
+    Each call hands its arguments to a waiting thread and sleeps until its verdict comes back
+    through the run's inbox: an eventfd the thread writes and the loop polls with everything
+    else. The threads never take the GIL, so a verification costs one hand-over and one wake-up
+    of the loop. Calls from many peers queue up and run `threads` at a time. A cancelled
+    caller's verification still runs to its end; its verdict is dropped."""
 
     def __init__(self, threads: int) -> None:
         if threads < 1:
             raise ValueError(f"verifier threads: at least 1, got {threads}")
         self.threads = threads
-        self._jobs: queue.SimpleQueue[tuple[tuple[Any, ...], trio.lowlevel.TrioToken,
-                                            Callable[[str | BaseException], None]]] = queue.SimpleQueue()
-        for i in range(threads):
-            threading.Thread(target=self._run, name=f"rln-verify-{i}", daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            args, token, done = self._jobs.get()
-            result: str | BaseException
-            try:
-                result = verify(*args)  # the module's one call of zerokit's verify
-            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-                result = exc
-            try:
-                token.run_sync_soon(done, result)
-            except trio.RunFinishedError:
-                pass
+        self._pool = native().VerifyPool(threads)
 
     async def verify(self, proof: bytes, root: bytes, external_nullifier: bytes, x: bytes, share_x: bytes,
                      share_y: bytes, nullifier: bytes, roots: Sequence[bytes] = ()) -> str:
         """As :func:`verify`, awaited from trio."""
-        native()
-        task = trio.lowlevel.current_task()
-        box: list[str | BaseException] = []
-        waiting = True
-
-        def done(result: str | BaseException) -> None:
-            if waiting:
-                box.append(result)
-                trio.lowlevel.reschedule(task)
+        try:
+            inbox = _INBOX.get()
+        except LookupError:
+            inbox = _Inbox()
+            _INBOX.set(inbox)
+        job = next(_jobs)
+        self._pool.submit(inbox.native, job, proof, root, external_nullifier, x, share_x, share_y, nullifier,
+                          list(roots))
+        box: list[str] = []
+        inbox.waiting[job] = (trio.lowlevel.current_task(), box)
 
         def abort(_: Any) -> trio.lowlevel.Abort:
-            nonlocal waiting
-            waiting = False
+            inbox.waiting.pop(job, None)
             return trio.lowlevel.Abort.SUCCEEDED
 
-        self._jobs.put(((proof, root, external_nullifier, x, share_x, share_y, nullifier, list(roots)),
-                        trio.lowlevel.current_trio_token(), done))
         await trio.lowlevel.wait_task_rescheduled(abort)
-        result = box[0]
-        if isinstance(result, BaseException):
-            raise result
-        return result
+        if box[0] == "panic":
+            raise RuntimeError("zerokit's verification panicked (waku_rln)")
+        return box[0]
 
 
 _verifier: Verifier | None = None

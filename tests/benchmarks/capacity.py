@@ -62,6 +62,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
+from core.config import load_config  # noqa: E402
 from tests.benchmarks.relay_flat_out import GO_BIN, load1  # noqa: E402
 from tests.benchmarks.side_by_side import (  # noqa: E402
     FILTER_PUSH_LIMIT,
@@ -89,12 +90,14 @@ LADDERS = {  # offered rates (per second) of the full run and of --quick
 }
 
 
-def phase_lightpush(side: Side, msg_rate: float, clients: int, warm: float, window: float) -> dict:
-    """`clients` go-waku lightpush clients at msg_rate / clients each, open loop."""
+def phase_lightpush(side: Side, msg_rate: float, clients: int, warm: float, window: float,
+                    ours_still_s: float) -> dict:
+    """`clients` go-waku lightpush clients at msg_rate / clients each, open loop; our store has
+    settled after `ours_still_s` without growth (it commits a trickle every
+    store.max_trigger_delay_s), go-waku's SQLite at once."""
     per = msg_rate / clients
     seconds = warm + window + 5
-    # ours commits a trickle to Delta every store.max_trigger_delay_s (30 s): "still" means longer
-    still = 35.0 if side.name == "ours" else 3.0
+    still = ours_still_s if side.name == "ours" else 3.0
     stored0, _ = wait_stored(side, float("inf"), 300, still_s=still)
     procs = [GoClient(["lightpush", *common(side), "--content-topic", f"/cap/1/lp{j}/proto", "--rate", f"{per:.6f}",
                        "--count", str(max(1, math.ceil(per * seconds))), "--quiet", "--payload-size", "256",
@@ -162,7 +165,7 @@ def step(side: Side, service: str, r: float, args: argparse.Namespace, since_ns:
         return {**s, "p99_ms": s["query_p99_ms"], "processed_per_s": rate(s["pages"], args.window),
                 "missing": s["errors"], "cpu_ms_per_unit": s["cpu_ms_per_page"],
                 "cores": round(s["cpu_s"] / args.window, 3)}
-    lp = phase_lightpush(side, r, args.lightpush_clients, args.warm, args.window)
+    lp = phase_lightpush(side, r, args.lightpush_clients, args.warm, args.window, args.ours_still_s)
     return {**lp, "missing": lp["missing"] + lp["not_stored"]}
 
 
@@ -295,6 +298,8 @@ def main() -> int:
                               ("lightpush_clients", 20, 5)]:
         if getattr(args, name) is None:
             setattr(args, name, quick if q else full)
+    # our store job commits a trickle every store.max_trigger_delay_s: settled = that and 5 s still
+    args.ours_still_s = float(load_config(args.overrides).get("store.max_trigger_delay_s")) + 5.0
     too_fast = [r for r in args.rates["filter"] if r / args.clients > FILTER_PUSH_LIMIT]
     if too_fast:
         parser.error(f"filter rates {too_fast} over {args.clients} clients: more than go-waku's light client's "

@@ -11,7 +11,7 @@ message against it, and the relay read rate of a bridge process with RLN on.
 2.-3. Message by message, paired so that both see the same machine: zerokit's raw
    verify_with_roots (waku_rln.verify, inline), then the bridge's whole check of the same
    message, ingest/rln/service.RlnRelay.validate (decode, clock, epoch, root, the zkSNARK on a
-   resident verifier thread, the nullifier log) on a trio loop; the goal is within 1.3x of
+   native verifier thread, the nullifier log) on a trio loop; the goal is within 1.3x of
    the raw verification. `--passes P` checks the N messages P times (a new RlnRelay each pass,
    so no nullifier is seen twice) for P x N pairs: a p99 of 3,000 pairs moves less from run to
    run than one of 600. `--burn K` runs K processes that spin on the CPU beside steps 2-3 (a

@@ -24,7 +24,9 @@ def test_capacity_quick_runs_every_service_on_both_nodes():
     done = subprocess.run(
         [sys.executable, str(REPO_ROOT / "tests/benchmarks/capacity.py"), "--quick", "--relay-rates", "50",
          "--filter-rates", "40", "--store-rates", "20", "--lightpush-rates", "2", "--lightpush-clients", "4",
-         "--store-clients", "4", "--warm", "3", "--window", "6", "--settle", "2", "--p99-ms", "100000"],
+         "--store-clients", "4", "--warm", "3", "--window", "6", "--settle", "2", "--p99-ms", "100000",
+         # the store job commits a trickle every 3 s, not 30: the lightpush step's settling waits are short
+         "--set", "store.max_trigger_delay_s=3"],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=1500)
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

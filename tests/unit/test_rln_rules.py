@@ -250,5 +250,19 @@ def test_the_verifier_threads_give_zerokits_verdicts_and_survive_a_cancelled_cal
             await verifier.verify(*args)
         return [await verifier.verify(*a) for a in (args, forged, args)]
     assert trio.run(main) == [zk.verify(*args, ()), zk.verify(*forged, ()), "valid"] == ["valid", "proof", "valid"]
+
+    async def many() -> list[str]:
+        # more callers at once than threads, valid and forged interleaved: each gets its own verdict
+        verdicts: list[str] = [""] * 6
+
+        async def one(i: int) -> None:
+            verdicts[i] = await verifier.verify(*(forged if i % 2 else args))
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(one, i)
+        return verdicts
+    assert trio.run(many) == ["valid", "proof"] * 3  # a second trio run: its own inbox
+    with pytest.raises(ValueError, match="external_nullifier"):  # a malformed input is refused at once
+        trio.run(verifier.verify, *args[:2], b"short", *args[3:])
     with pytest.raises(ValueError):
         zk.Verifier(0)

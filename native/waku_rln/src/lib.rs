@@ -7,7 +7,11 @@
 //! verifying release the GIL, so the bridge's trio loop keeps running while a worker thread
 //! waits here.
 
-use std::sync::OnceLock;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::thread;
 
 use ark_ff::{BigInteger, PrimeField};
 use ark_serialize::{CanonicalDeserialize, CanonicalSerialize};
@@ -107,6 +111,58 @@ fn identity<'py>(
     )
 }
 
+/// The parsed inputs of one verification (what crosses the boundary, reduced to field elements).
+struct VerifyInput {
+    proof: Vec<u8>,
+    values: RLNProofValues,
+    x: Fr,
+    roots: Vec<Fr>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn verify_input(
+    proof: &[u8],
+    root: &[u8],
+    external_nullifier: &[u8],
+    x: &[u8],
+    share_x: &[u8],
+    share_y: &[u8],
+    nullifier: &[u8],
+    roots: &[Vec<u8>],
+) -> PyResult<VerifyInput> {
+    let values = RLNProofValues::new_single()
+        .y(fr("share_y", share_y)?)
+        .root(fr("root", root)?)
+        .nullifier(fr("nullifier", nullifier)?)
+        .x(fr("share_x", share_x)?)
+        .external_nullifier(fr("external_nullifier", external_nullifier)?)
+        .build();
+    let x = fr("x", x)?;
+    let roots = roots
+        .iter()
+        .map(|r| fr("roots", r))
+        .collect::<PyResult<Vec<Fr>>>()?;
+    Ok(VerifyInput { proof: proof.to_vec(), values, x, roots })
+}
+
+/// The verdict of one verification (no Python object touched: runs without the GIL).
+fn verdict(input: &VerifyInput) -> &'static str {
+    if input.proof.len() != 128 {
+        return "proof";
+    }
+    let proof = match Proof::deserialize_compressed(input.proof.as_slice()) {
+        Ok(p) => p,
+        Err(_) => return "proof",
+    };
+    match zk().verify_with_roots(&proof, &input.values, &input.x, &input.roots) {
+        Ok(true) => "valid",
+        Ok(false) => "proof",
+        Err(rln::prelude::VerifyProofError::InvalidRoot) => "root",
+        Err(rln::prelude::VerifyProofError::InvalidSignal) => "signal",
+        Err(_) => "proof",
+    }
+}
+
 /// Verifies an RLN-v2 proof (the 128-byte compressed Groth16 proof and its public values)
 /// against the signal's field element `x` and the acceptable `roots` (empty: no root check).
 /// Returns "valid", "root" (root not in the window), "signal" (share_x is not x) or "proof".
@@ -126,32 +182,120 @@ fn verify(
     if proof.len() != 128 {
         return Ok("proof");
     }
-    let values = RLNProofValues::new_single()
-        .y(fr("share_y", share_y)?)
-        .root(fr("root", root)?)
-        .nullifier(fr("nullifier", nullifier)?)
-        .x(fr("share_x", share_x)?)
-        .external_nullifier(fr("external_nullifier", external_nullifier)?)
-        .build();
-    let x = fr("x", x)?;
-    let roots = roots
-        .iter()
-        .map(|r| fr("roots", r))
-        .collect::<PyResult<Vec<Fr>>>()?;
-    let proof = proof.to_vec();
-    Ok(py.detach(move || {
-        let proof = match Proof::deserialize_compressed(proof.as_slice()) {
-            Ok(p) => p,
-            Err(_) => return "proof",
-        };
-        match zk().verify_with_roots(&proof, &values, &x, &roots) {
-            Ok(true) => "valid",
-            Ok(false) => "proof",
-            Err(rln::prelude::VerifyProofError::InvalidRoot) => "root",
-            Err(rln::prelude::VerifyProofError::InvalidSignal) => "signal",
-            Err(_) => "proof",
+    let input = verify_input(proof, root, external_nullifier, x, share_x, share_y, nullifier, &roots)?;
+    Ok(py.detach(move || verdict(&input)))
+}
+
+struct InboxInner {
+    done: Mutex<Vec<(u64, &'static str)>>,
+    signal: File,
+}
+
+/// Where a `VerifyPool` hands verdicts back: a list and an eventfd (owned from here on) that
+/// the pool's threads write after each verdict, so the waiting event loop wakes on its own
+/// readiness (no Python thread, no GIL between a verdict and the loop).
+#[pyclass]
+struct Inbox {
+    inner: Arc<InboxInner>,
+}
+
+#[pymethods]
+impl Inbox {
+    /// Takes ownership of `fd`, a non-blocking eventfd (closed when the inbox and every
+    /// verification still running for it are gone).
+    #[new]
+    fn new(fd: i32) -> PyResult<Self> {
+        if fd < 0 {
+            return Err(PyValueError::new_err("inbox: a file descriptor"));
         }
-    }))
+        // SAFETY: the caller hands over an open descriptor it no longer uses or closes.
+        let signal = unsafe { File::from_raw_fd(fd) };
+        Ok(Self { inner: Arc::new(InboxInner { done: Mutex::new(Vec::new()), signal }) })
+    }
+
+    fn fileno(&self) -> i32 {
+        self.inner.signal.as_raw_fd()
+    }
+
+    /// The verdicts handed back since the last call, as (job, verdict); resets the eventfd.
+    fn take(&self) -> Vec<(u64, &'static str)> {
+        let mut counter = [0u8; 8];
+        let _ = (&self.inner.signal).read(&mut counter); // EAGAIN when nothing was written
+        std::mem::take(&mut *self.inner.done.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+struct Job {
+    id: u64,
+    input: VerifyInput,
+    inbox: Arc<InboxInner>,
+}
+
+/// `threads` native threads verifying proofs handed to `submit`; each verdict goes to the
+/// job's inbox. The threads never take the GIL: a verification costs the caller one hand-over
+/// to a waiting thread and one wake-up of its own loop.
+#[pyclass]
+struct VerifyPool {
+    jobs: Mutex<mpsc::Sender<Job>>,
+    threads: usize,
+}
+
+#[pymethods]
+impl VerifyPool {
+    #[new]
+    fn new(threads: usize) -> PyResult<Self> {
+        if threads < 1 {
+            return Err(PyValueError::new_err(format!("verifier threads: at least 1, got {threads}")));
+        }
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads {
+            let rx = Arc::clone(&rx);
+            thread::Builder::new()
+                .name(format!("rln-verify-{i}"))
+                .spawn(move || loop {
+                    let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                        Ok(job) => job,
+                        Err(_) => return, // the pool is gone
+                    };
+                    // a panic in the library would leave its caller waiting: hand it back as one
+                    let v = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| verdict(&job.input)))
+                        .unwrap_or("panic");
+                    job.inbox.done.lock().unwrap_or_else(|e| e.into_inner()).push((job.id, v));
+                    let _ = (&job.inbox.signal).write(&1u64.to_ne_bytes());
+                })
+                .map_err(|e| PyValueError::new_err(format!("verifier thread: {e}")))?;
+        }
+        Ok(Self { jobs: Mutex::new(tx), threads })
+    }
+
+    #[getter]
+    fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Queues one verification (verify's arguments); its verdict arrives in `inbox` as (job, verdict).
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &self,
+        inbox: &Inbox,
+        job: u64,
+        proof: &[u8],
+        root: &[u8],
+        external_nullifier: &[u8],
+        x: &[u8],
+        share_x: &[u8],
+        share_y: &[u8],
+        nullifier: &[u8],
+        roots: Vec<Vec<u8>>,
+    ) -> PyResult<()> {
+        let input = verify_input(proof, root, external_nullifier, x, share_x, share_y, nullifier, &roots)?;
+        self.jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(Job { id: job, input, inbox: Arc::clone(&inbox.inner) })
+            .map_err(|_| PyValueError::new_err("verifier threads are gone"))
+    }
 }
 
 /// Generates an RLN-v2 proof. Returns (proof 128 B, root, share_x, share_y, nullifier).
@@ -276,6 +420,8 @@ fn waku_rln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(prove, m)?)?;
     m.add_class::<MerkleTree>()?;
+    m.add_class::<Inbox>()?;
+    m.add_class::<VerifyPool>()?;
     m.add("ZEROKIT_VERSION", "3.0.0")?;
     Ok(())
 }

@@ -47,10 +47,7 @@ func cmdLightpush(ctx context.Context, o *options, log *zap.Logger) result {
 	p.start = time.Now() // after connecting: push i is due at start + i / --rate
 	for i := 0; i < o.count && ctx.Err() == nil; i++ {
 		p.wait(ctx, i)
-		due := time.Now()
-		if o.rate > 0 {
-			due = p.start.Add(time.Duration(float64(i) / o.rate * float64(time.Second)))
-		}
+		due := p.due(i)
 		msg := makeMessage(o.prefix, i, o.payloadSize, o.contentTopic())
 		want := msg.Hash(o.pubsubTopic).String()
 		hub.take("could not publish message")

@@ -353,12 +353,19 @@ type pacer struct {
 	rate  float64
 }
 
+// due is when message i is due: start + i / rate (rate <= 0: now, as fast as possible).
+func (p pacer) due(i int) time.Time {
+	if p.rate <= 0 {
+		return time.Now()
+	}
+	return p.start.Add(time.Duration(float64(i) / p.rate * float64(time.Second)))
+}
+
 func (p pacer) wait(ctx context.Context, i int) {
 	if p.rate <= 0 {
 		return
 	}
-	at := p.start.Add(time.Duration(float64(i) / p.rate * float64(time.Second)))
-	if d := time.Until(at); d > 0 {
+	if d := time.Until(p.due(i)); d > 0 {
 		select {
 		case <-ctx.Done():
 		case <-time.After(d):
