@@ -165,6 +165,32 @@ def driver_java_options(job: str, config: Config, spark: SparkSettings) -> str |
     return f"{base} {extra}".strip()
 
 
+# The setting of a job's CPU niceness (inherited by spark-submit's JVM and a local master's
+# executors); the other jobs run as started.
+NICE = {"maintain": "store.maintain_nice"}
+
+
+def job_nice(job: str, args: list[str]) -> int:
+    """The niceness a job asks for (`NICE`; 0 for the others), checked: 0-19."""
+    if job not in NICE:
+        return 0
+    _, job_args = split_args(args)
+    overrides = [job_args[i + 1] for i, a in enumerate(job_args[:-1]) if a == "--set"]
+    value = load_config(overrides, option_value(job_args, "--config")).get(NICE[job])
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 19:
+        raise ConfigError(f"{NICE[job]}: a niceness 0-19, got {value!r}")
+    return value
+
+
+def lower_priority(job: str, args: list[str]) -> None:
+    """Raise this process's niceness to the job's (exec keeps it: the JVM and its children
+    inherit it); never lowers it."""
+    want = job_nice(job, args)
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if want > current:
+        os.nice(want - current)
+
+
 def command(job: str, args: list[str]) -> list[str]:
     if job not in jobs():
         raise ConfigError(f"unknown job {job!r}; jobs: {', '.join(jobs())}")
@@ -202,9 +228,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     try:
         cmd = command(argv[0], argv[1:])
+        job_nice(argv[0], argv[1:])
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    lower_priority(argv[0], argv[1:])
     env = dict(os.environ, **{SUBMITTED_ENV: "1", REPO_ROOT_ENV: str(REPO_ROOT)})
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))

@@ -188,7 +188,7 @@ def serve(path: str, cache_mb: int, threads: int, preload_mb: int, store_json: s
     from ingest.store.server import StoreServer, StoreServiceSettings
 
     store = ObjectStoreSettings(**json.loads(store_json)) if store_json else ObjectStoreSettings()
-    reader = StoreReader(ReaderSettings(path, cache_mb=cache_mb, object_store=store))
+    reader = StoreReader(ReaderSettings(path, cache_mb=cache_mb, preload_mb=preload_mb, object_store=store))
     reader.refresh()
     began = time.monotonic()
     preloaded = reader.preload(preload_mb)

@@ -5,7 +5,7 @@ machine.
     .venv/bin/python tests/benchmarks/store_vs_postgres.py [--quick] [--rows N] [--clients 16]
         [--seconds S] [--rate R[,R2,...]] [--servers K] [--cache-mb MB] [--preload-mb MB]
         [--pg-writers W] [--skip query|ingest|ours-ingest|retention] [--ours-ingest-args "..."]
-        [--keep DIR]
+        [--keep DIR] [--timeline FILE]
 
 1. The rows: `store_query.py`'s generator (8 pubsub topics, 40 content topics of Zipf-like
    popularity, 64-byte payloads, two days of received_time ending now) writes N rows into a Delta
@@ -76,6 +76,7 @@ from tests.benchmarks.stats import rate as per_second  # noqa: E402
 HASH_SHARE = 0.10
 NODATA_SHARE = 0.20
 PLAN_QUERIES = 20_000
+TIMELINE: str | None = None  # --timeline
 
 
 def log(msg: str) -> None:
@@ -450,6 +451,11 @@ def with_background(side, seconds: float, rate: float, action) -> tuple[dict, di
     total = summarize(rate, merged, sum(cpu_ms) / 1000)
     total["rounds"] = rounds
     total["phases"] = phases(results, (window["start"], window["end"]))
+    if TIMELINE:  # --timeline: when each page was due and how long it took, for where a stall falls
+        with open(TIMELINE, "a") as fh:
+            pages = [[st, la] for r in results for st, la in zip(r["starts"], r["latencies"], strict=True)]
+            fh.write(json.dumps({"side": type(side).__name__.lower(), "window": [window["start"], window["end"]],
+                                 "pages": pages}) + "\n")
     total["action_s"] = round(window["end"] - window["start"], 1)
     total["action"] = window.get("outcome")
     return total, window
@@ -521,10 +527,14 @@ def main() -> int:
     ap.add_argument("--ours-ingest-args", default="--rate 33000 --producers 4",
                     help="store_ingest.py's arguments for our ingest figure")
     ap.add_argument("--keep", help="keep the run's directory here (table, PostgreSQL data)")
+    ap.add_argument("--timeline", help="append each retention run's window and every page's (due, latency) here, "
+                                       "as JSON lines")
     ap.add_argument("--seed", type=int, default=71)
     ap.add_argument("--pg-client", help=argparse.SUPPRESS)
     ap.add_argument("--pg-writer", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global TIMELINE
+    TIMELINE = args.timeline
     if args.pg_client:
         pg_client(json.loads(args.pg_client))
         return 0

@@ -124,3 +124,27 @@ def test_a_lookup_finds_every_row_of_an_indexed_file_while_others_index_the_same
     assert not misses, f"rows of indexed files not found: {len(misses)} lookups (seed {seed})"
     assert index.nbytes == 20 * sum(len(v) for v in files.values())  # each file indexed once
     assert len(index._numbers) == len(files)
+
+
+def test_the_vectorized_read_of_a_hash_column_matches_one_object_a_row():
+    """`_column_hashes` (Arrow buffers, no Python object a row) gives `_prefixes`'s prefixes and
+    the same bytes, on sliced arrays, large binary, prefixes with high bits and zero bytes; a
+    null or a value shorter than 8 bytes leaves it to `_prefixes`."""
+    from ingest.store.reader import _column_hashes, _prefixes
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    hashes = [rng.randbytes(32) for _ in range(500)]
+    hashes[0], hashes[1] = b"\xff" * 32, bytes(32)
+    hashes[2] = b"\x00" * 8 + b"\xff" * 24
+    for arr in (pa.array(hashes, pa.binary()), pa.array(hashes, pa.large_binary()),
+                pa.array(hashes, pa.binary()).slice(7, 300), pa.array([h[:8] + h for h in hashes], pa.binary())):
+        got = _column_hashes(arr, with_hashes=True)
+        assert got is not None
+        prefixes, values = got
+        assert values == arr.to_pylist()
+        assert prefixes.dtype == np.uint64 and np.array_equal(prefixes, _prefixes(arr.to_pylist()))
+        assert _column_hashes(arr, with_hashes=False)[1] == []
+    assert _column_hashes(pa.array([], pa.binary()), True)[0].size == 0
+    assert _column_hashes(pa.array([hashes[0], None], pa.binary()), True) is None
+    assert _column_hashes(pa.array([hashes[0], b"short"], pa.binary()), True) is None

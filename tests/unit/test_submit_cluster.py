@@ -100,3 +100,27 @@ def test_the_store_and_subscriptions_drivers_get_their_jvm_options_on_top_of_the
     assert java_options(submit.command("filter", ["--master", "local[4]"])) is None
     assert java_options(submit.command(
         "subscriptions", ["--master", "local[2]", "--set", "filter.subscriptions_driver_java_options="])) is None
+
+
+def test_maintain_runs_at_its_niceness_and_a_bad_one_is_refused():
+    """store.maintain_nice (10): the maintain job's process, and the JVM it execs into, yield
+    the CPU to the store service's queries; other jobs run as started; out of 0-19 is refused."""
+    probe = ("import os, sys; from tools import submit; submit.lower_priority(sys.argv[1], sys.argv[2:]); "
+             "print(os.getpriority(os.PRIO_PROCESS, 0))")
+    start = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def niceness(*args: str) -> int:
+        done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True,
+                              cwd=REPO_ROOT, check=True)
+        return int(done.stdout)
+    assert niceness("maintain") == max(start, 10)
+    assert niceness("maintain", "--set", "store.maintain_nice=15") == max(start, 15)
+    assert niceness("store") == start
+    assert submit.job_nice("filter", []) == 0
+    for bad in ("20", "-1", "true"):
+        try:
+            submit.job_nice("maintain", ["--set", f"store.maintain_nice={bad}"])
+        except submit.ConfigError as exc:
+            assert "store.maintain_nice" in str(exc)
+        else:
+            raise AssertionError(f"maintain_nice={bad} accepted")
