@@ -165,6 +165,12 @@ def driver_java_options(job: str, config: Config, spark: SparkSettings) -> str |
     return f"{base} {extra}".strip()
 
 
+def job_config(job_args: list[str]) -> Config:
+    """The settings a job runs with: its `--config` file and `--set` overrides over the defaults."""
+    overrides = [job_args[i + 1] for i, a in enumerate(job_args[:-1]) if a == "--set"]
+    return load_config(overrides, option_value(job_args, "--config"))
+
+
 # The setting of a job's CPU niceness (inherited by spark-submit's JVM and a local master's
 # executors); the other jobs run as started.
 NICE = {"maintain": "store.maintain_nice"}
@@ -174,9 +180,7 @@ def job_nice(job: str, args: list[str]) -> int:
     """The niceness a job asks for (`NICE`; 0 for the others), checked: 0-19."""
     if job not in NICE:
         return 0
-    _, job_args = split_args(args)
-    overrides = [job_args[i + 1] for i, a in enumerate(job_args[:-1]) if a == "--set"]
-    value = load_config(overrides, option_value(job_args, "--config")).get(NICE[job])
+    value = job_config(split_args(args)[1]).get(NICE[job])
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 19:
         raise ConfigError(f"{NICE[job]}: a niceness 0-19, got {value!r}")
     return value
@@ -195,8 +199,7 @@ def command(job: str, args: list[str]) -> list[str]:
     if job not in jobs():
         raise ConfigError(f"unknown job {job!r}; jobs: {', '.join(jobs())}")
     spark_args, job_args = split_args(args)
-    overrides = [job_args[i + 1] for i, a in enumerate(job_args[:-1]) if a == "--set"]
-    config = load_config(overrides, option_value(job_args, "--config"))
+    config = job_config(job_args)
     spark = SparkSettings.from_config(config)
     master = option_value(spark_args, "--master")
     cmd = [spark_submit_binary(), "--properties-file", str(SPARK_DEFAULTS)]
@@ -228,11 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     try:
         cmd = command(argv[0], argv[1:])
-        job_nice(argv[0], argv[1:])
+        lower_priority(argv[0], argv[1:])
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    lower_priority(argv[0], argv[1:])
     env = dict(os.environ, **{SUBMITTED_ENV: "1", REPO_ROOT_ENV: str(REPO_ROOT)})
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))

@@ -592,7 +592,8 @@ class StoreReader:
         After a compaction rewrote the table, queries would otherwise all read cold files at once,
         and the first hash lookup index a million rows on its query thread (issue 71: a query p99
         of seconds while `maintain` ran)."""
-        old = self.snapshot.paths if self.snapshot is not None else frozenset()
+        assert self.snapshot is not None  # the first version is not warmed: start-up indexes and preloads it
+        old = self.snapshot.paths
         for f in new.files:
             if self._stop.is_set():
                 return
@@ -678,7 +679,9 @@ class StoreReader:
             self.hashes_ready.set()
             while not stop.wait(self.settings.refresh_interval_s):
                 version = self.snapshot.version if self.snapshot else None
-                if self.refresh() != version:
+                # A later version was warmed before its swap (refresh); the table's first, when it
+                # appears after start, was not.
+                if self.refresh() != version and version is None:
                     self.preload()
                     self.index_hashes()
 

@@ -237,7 +237,6 @@ struct Job {
 #[pyclass]
 struct VerifyPool {
     jobs: Mutex<mpsc::Sender<Job>>,
-    threads: usize,
 }
 
 #[pymethods]
@@ -266,12 +265,7 @@ impl VerifyPool {
                 })
                 .map_err(|e| PyValueError::new_err(format!("verifier thread: {e}")))?;
         }
-        Ok(Self { jobs: Mutex::new(tx), threads })
-    }
-
-    #[getter]
-    fn threads(&self) -> usize {
-        self.threads
+        Ok(Self { jobs: Mutex::new(tx) })
     }
 
     /// Queues one verification (verify's arguments); its verdict arrives in `inbox` as (job, verdict).
