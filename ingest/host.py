@@ -25,10 +25,14 @@ from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
 from libp2p.custom_types import StreamHandlerFn, TProtocol
 from libp2p.io.exceptions import IOException
+from libp2p.network.config import ConnectionConfig
 from libp2p.network.exceptions import SwarmException
+from libp2p.network.stream.net_stream import StreamState
 from libp2p.network.swarm import Swarm
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
+from libp2p.rcmgr import ResourceLimits, ResourceManager
+from libp2p.rcmgr.connection_limits import ConnectionLimits
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.exceptions import MuxedConnError, MuxedStreamError
@@ -512,6 +516,31 @@ async def write_in_one_frame(host: IHost, peer_id: ID, data: bytes) -> YamuxStre
     return stream
 
 
+# The most a fast write sends as one frame (below a noise message's 65,535 bytes).
+FAST_WRITE_MAX = 32 * 1024
+
+
+async def write_on_stream(stream: INetStream, data: bytes) -> None:
+    """`stream.write(data)`, for an open yamux stream whose send window holds `data` (at most
+    FAST_WRITE_MAX) as one DATA frame packed here and written under the session's write lock:
+    one noise message and one syscall, without the per-write work around it in py-libp2p 0.8.1
+    (NetStream's state lock, YamuxStream.write's stream and window locks, the debug lines it and
+    `Yamux._write_frame` format even when debug is off, the frame unpacked again to name its
+    flags, a checkpoint). The checks are YamuxStream.write's: closed for sending, closed, the
+    window. Every other case takes the stream's own write. For one writer a stream (a kept push
+    stream): the window is taken before the lock, so two concurrent writers could interleave."""
+    muxed = getattr(stream, "muxed_stream", None)
+    n = len(data)
+    if (type(muxed) is not YamuxStream or getattr(stream, "_state", None) is not StreamState.OPEN
+            or muxed.send_closed or muxed.closed or muxed.send_window < n or n > FAST_WRITE_MAX):
+        await stream.write(data)
+        return
+    muxed.send_window -= n
+    conn = muxed.conn
+    async with conn._write_lock:
+        await conn.secured_conn.write(struct.pack(YAMUX_HEADER_FORMAT, 0, TYPE_DATA, 0, muxed.stream_id, n) + data)
+
+
 async def yamux_until_end(stream: YamuxStream) -> str:
     """Until the peer ends a yamux stream it is not expected to write on (a push stream): "eof"
     (it closed) or "reset". What it sends meanwhile (multistream-select's answer) is dropped.
@@ -535,17 +564,46 @@ async def yamux_until_end(stream: YamuxStream) -> str:
     return "reset" if stream.reset_received else "eof"
 
 
+# Inbound connections in their security and muxer handshakes at once (py-libp2p's default 64): a
+# light client population reconnecting after a restart queues here, not in the refusals.
+PENDING_INBOUND = 128
+
+
+def _connection_config(max_connections: int) -> ConnectionConfig:
+    """The swarm's caps at `max_connections`, every one of them allowed inbound (no outbound
+    reserve: py-libp2p keeps `min_connections` for its auto-connector, which is off here)."""
+    return ConnectionConfig(max_connections=max_connections, min_connections=0, low_watermark=0,
+                            high_watermark=max_connections)
+
+
+def _resource_manager(max_connections: int) -> ResourceManager:
+    """py-libp2p's resource manager with its connection limits at `max_connections` (its defaults
+    refuse the 257th inbound connection, and its graceful degradation and circuit breaker lower
+    the limits further under load, each with a log line at most): the bridge's caps are its
+    settings (this one, the stream gate's), not defaults of the library. Its per-peer limits
+    (8 connections, 10 new a second) stay."""
+    limits = ConnectionLimits(max_pending_inbound=PENDING_INBOUND, max_pending_outbound=64,
+                              max_established_inbound=max_connections, max_established_outbound=max_connections,
+                              max_established_per_peer=8, max_established_total=max_connections)
+    # (its own count takes the connections in their handshakes too)
+    return ResourceManager(limits=ResourceLimits(max_connections=max_connections + PENDING_INBOUND),
+                           connection_limits=limits, enable_graceful_degradation=False, enable_circuit_breaker=False)
+
+
 def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
                muxers: Sequence[str] = ("yamux", "mplex"), *, tls_server: ssl.SSLContext | None = None,
                tls_client: ssl.SSLContext | None = None,
-               announce: Sequence[multiaddr.Multiaddr] = (), stream_gate: StreamGate | None = None) -> IHost:
+               announce: Sequence[multiaddr.Multiaddr] = (), stream_gate: StreamGate | None = None,
+               max_connections: int | None = None) -> IHost:
     """A host with the given identity whose transports cover `addrs` (TCP, plus websocket when
     an address has /ws or /wss); call ``host.run(addrs)`` to listen. Security is noise alone; the
     muxers are offered in the given order (js-waku speaks mplex only). `tls_server`: the wss
     listener's certificate; `tls_client`: how wss dials verify; `announce`: what identify
     advertises (default: the listen addresses, wildcards expanded); `stream_gate`: caps on inbound
-    streams (the bridge's; clients have none). py-libp2p as the bridge runs it: `p2p_patches.apply`
-    (the process-wide replacements, this host's auto-connector redials off, the gate)."""
+    streams (the bridge's; clients have none); `max_connections`: connections at once, inbound
+    ones included (py-libp2p's default: 300, of which 250 inbound, refused silently beyond).
+    py-libp2p as the bridge runs it: `p2p_patches.apply` (the process-wide replacements, this
+    host's auto-connector redials off, the gate)."""
     websocket = any("/ws" in str(a) for a in addrs)
     host = new_host(
         key_pair=key_pair,
@@ -557,6 +615,8 @@ def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
         tls_server_config=tls_server,
         tls_client_config=tls_client,
         addrs_factory=lambda candidates: advertised(candidates, announce),
+        connection_config=None if max_connections is None else _connection_config(max_connections),
+        resource_manager=None if max_connections is None else _resource_manager(max_connections),
     )
     swarm = cast(Swarm, host.get_network())  # py-libp2p's one INetworkService
     if tls_server is not None and any(_is_plain_ws(a) for a in addrs):

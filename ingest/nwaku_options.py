@@ -91,7 +91,6 @@ IGNORED: dict[str, str] = {
     "relay-peer-exchange": "gossipsub's peer exchange on prune is not used",
     "relay-shard-manager": "no shard-aware peer manager",
     "relay-service-ratio": "no split of connections between relay and service peers",
-    "max-connections": "no connection cap (inbound streams are capped: bridge.max_streams_per_peer / _total)",
     "ip-colocation-limit": "no per-IP connection cap",
     "peer-store-capacity": "py-libp2p's peer store has no capacity setting",
     "peer-persistence": "peers are not persisted (bridge.static_peers are dialled at each start)",
@@ -443,6 +442,11 @@ class _Mapper:
                     self.refuse(name, "expected an IP address")
                     continue
                 self.put(key, address)
+        if v.has("max-connections"):
+            if v.get("max-connections") < 1:
+                self.refuse("max-connections", "expected at least 1")
+            else:
+                self.put("bridge.max_connections", v.get("max-connections"))
         if v.has("max-msg-size"):
             size = _message_size(str(v.get("max-msg-size")))
             if size is None:

@@ -478,6 +478,13 @@ REGISTRY: tuple[Adaptation, ...] = (
     _d(_YAMUX + "Yamux.open_stream", _H + "write_in_one_frame", "f3e0ef79ec21",
        "a stream registered with the session as open_stream does, written with SYN on its DATA frame "
        f"({_ONE_FRAME})"),
+    _d(_YAMUX + "YamuxStream.write", _H + "write_on_stream", "d87f74dfb53a",
+       "its checks (closed for sending, closed, the send window) and its DATA frame, for a write the window "
+       "holds, on a kept push stream"),
+    _d(_YAMUX + "Yamux._write_frame", _H + "write_on_stream", "16ff969cdd0d",
+       "the session's write lock around the secured connection's write"),
+    _d("libp2p.network.stream.net_stream:NetStream.write", _H + "write_on_stream", "b0662734215d",
+       "an OPEN stream takes writes (its state checks)"),
     _d(_YAMUX + "YamuxStream.read", _H + "yamux_until_end", "ca585f2199fd",
        "the wait on the session's event for the stream, without the read's window updates"),
     _d(_SWARM + "_dial_with_retry", _H + "_dial_addr", "bd2025f00c84",

@@ -46,7 +46,7 @@ from libp2p.stream_muxer.yamux.yamux import YamuxStream
 from libp2p.utils import encode_delim
 
 from core.kafka import follower_config
-from ingest.host import take_now_or_wait, write_in_one_frame, yamux_until_end
+from ingest.host import take_now_or_wait, write_in_one_frame, write_on_stream, yamux_until_end
 from ingest.kafka_follow import Follower
 from ingest.ratelimit import TokenBucket
 
@@ -293,6 +293,14 @@ class PeerPusher:
                             break
                         if item is None:
                             continue
+                    k = self.kept
+                    if k is not None and k.alive and item.codec == self.reuse_codec and not self.closes_streams:
+                        # On the kept stream: with the pushes queued behind it, in one write.
+                        batch, other = _take_queued(recv, item)
+                        await self._write_kept(k, batch)
+                        if other is not None:
+                            await self._send(other)
+                        continue
                     await self._send(item)
                 nursery.cancel_scope.cancel()  # nothing is wanted any more: no retries, no waits
         finally:
@@ -315,19 +323,22 @@ class PeerPusher:
             if k.alive:
                 # At once, even on the probe: a peer that reads one push and closes (go-waku)
                 # gets what it did not read again on streams of their own once its close arrives.
-                await self._write_kept(k, item)  # not paced: the peer reads as fast as we write
+                await self._write_kept(k, [item])  # not paced: the peer reads as fast as we write
                 return
         await self.bucket.take()
         await take_now_or_wait(self.slots)
         assert self._nursery is not None
         self._nursery.start_soon(self._push_new, item, False)
 
-    async def _write_kept(self, k: _Kept, item: PushItem) -> None:
+    async def _write_kept(self, k: _Kept, items: list[PushItem]) -> None:
+        """`items` written on the kept stream in one write (`write_on_stream`: one yamux frame,
+        one noise message, one syscall when the window holds them)."""
         stats = self.stats
         t0 = time.perf_counter()
         try:
             with trio.fail_after(self.s.push_timeout_s):
-                await k.stream.write(item.data)
+                await write_on_stream(k.stream, items[0].data if len(items) == 1
+                                      else b"".join(item.data for item in items))
         except BaseException as exc:
             stats.stages["write"] += time.perf_counter() - t0
             if isinstance(exc, trio.Cancelled):
@@ -337,17 +348,22 @@ class PeerPusher:
             self._ended(k, "reset")
             assert self._nursery is not None
             self._nursery.start_soon(_reset_quietly, k.stream)  # ends its watcher too
-            self._again(item)
+            for item in items:
+                self._again(item)
             return
         stats.stages["write"] += time.perf_counter() - t0
         if not k.alive:
             # The peer ended the stream while this write was under way: as the unconfirmed ones.
-            stats.outcomes["resent"] += 1
-            self._again(item, lost=False)
+            stats.outcomes["resent"] += len(items)
+            for item in items:
+                self._again(item, lost=False)
             return
-        k.wrote(trio.current_time(), item, False)
-        stats.outcomes["pushed"] += 1
-        stats.outcomes["reused"] += 1
+        now = trio.current_time()
+        for item in items:
+            k.wrote(now, item, False)
+        stats.outcomes["pushed"] += len(items)
+        stats.outcomes["reused"] += len(items)
+        stats.outcomes["kept_writes"] += 1
         if self.failing:
             self.failing = False
             self.report(True)
@@ -466,6 +482,28 @@ class PeerPusher:
                 self._wake.send_nowait(None)
             except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
                 pass  # the loop is busy (or over): it looks at the retries first
+
+
+# The most bytes of queued pushes a kept stream's write takes (`_take_queued`).
+KEPT_WRITE_BYTES = 16 * 1024
+
+
+def _take_queued(recv: trio.MemoryReceiveChannel, first: PushItem) -> tuple[list[PushItem], PushItem | None]:
+    """`first` and the pushes queued behind it with its codec, up to KEPT_WRITE_BYTES, without
+    waiting; the first queued push of another codec is handed back (sent next, on its own)."""
+    batch, size = [first], len(first.data)
+    while size < KEPT_WRITE_BYTES:
+        try:
+            item = recv.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            break
+        if item is None:
+            continue
+        if item.codec != first.codec:
+            return batch, item
+        batch.append(item)
+        size += len(item.data)
+    return batch, None
 
 
 MULTISTREAM = b"/multistream/1.0.0"

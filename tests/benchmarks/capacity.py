@@ -4,7 +4,8 @@ offered rate a node holds with p99 <= 100 ms and nothing missing (issue 70).
     flock /tmp/bench.lock .venv/bin/python tests/benchmarks/capacity.py [--quick]
         [--sides gowaku,ours] [--services relay,filter,store,lightpush]
         [--relay-rates 250,500,...] [--filter-rates ...] [--store-rates ...] [--lightpush-rates ...]
-        [--clients 20] [--store-clients 16] [--lightpush-clients 20] [--warm S] [--window S] [--keep]
+        [--clients 20] [--fanout 1] [--keep-streams] [--connect-rate 50] [--store-clients 16]
+        [--lightpush-clients 20] [--warm S] [--window S] [--keep]
 
 The nodes, clients and CPU accounting are side_by_side.py's (its docstring: how each node is
 started, the go-waku harness .cache/interop/wakuinterop, every kind of client in its own
@@ -21,12 +22,18 @@ process of the node in that window over the units processed in it.
   `store-probe` asking for the newest page every 20 ms: p99 of stored -> queryable (first returned
   by a store query - message timestamp) over every message of the window (side_by_side's
   queryable phase).
-- **filter**: `filter-many` go-waku light clients (`--clients`, each its own node, one content
-  topic each, a stream a push: go-waku's light client) and a relay publisher rotating over their
-  topics; fan-out 1; push latency = client receipt - message timestamp (side_by_side's filter
-  phase). go-waku's node holds at most 20 filter subscribers and answers one filter request a
-  second a peer: each of its filter steps gets a node of its own. go-waku's light client takes
-  at most 15 pushes/s per peer, which caps a step at 15 x clients msg/s.
+- **filter**: `filter-many` go-waku light clients (`--clients`, each its own node, started
+  `--connect-rate` a second) on `--clients / --fanout` content topics (each message is pushed to
+  `--fanout` clients) and a relay publisher rotating over the topics; push latency = client
+  receipt - message timestamp, over every (message, subscribed client) pair offered
+  (side_by_side's filter phase). The clients read pushes as go-waku's light client does (one
+  push a stream), or with `--keep-streams` as nwaku's and js-waku's do (every push of a stream
+  until the service ends it; go-waku's subscribe, ping and unsubscribe). go-waku's node holds 20
+  filter subscribers (DefaultMaxSubscribers; raised to `--clients` through the
+  GOWAKU_FILTER_MAX_SUBSCRIBERS its build adds, tests/interop/gowaku-node/build.sh) and answers
+  one filter request a second a peer: each of its filter steps gets a node of its own. go-waku's
+  light client takes at most 15 pushes/s per peer, which caps a step at 15 x clients / fanout
+  msg/s (not with `--keep-streams`: the light node's limiter is bypassed with its handler).
 - **store**: `--store-clients` `store-bench` clients, open loop (Poisson arrivals at the step's
   rate over all clients, latency from when each page was due: no coordinated omission), random
   store queries over what the relay and filter ladders stored (go-waku: the legacy store, all it
@@ -39,8 +46,7 @@ process of the node in that window over the units processed in it.
   client peer (v0.10.0's `WithRateLimiter(1, 1)`, not a flag of `cmd/waku`): its capacity is at
   most one push/s per client, which this benchmark reports as it is.
 
-Not measured here (issue 70 asks for them): 1,000 filter clients and clients that keep their
-push stream (js-waku / nwaku style), fan-out 100, the store on 10M rows, several bridges, the soak.
+Not measured here (issue 70 asks for them): the store on 10M rows, several bridges, the soak.
 
 The last line is JSON: per side and service the ladder, and the flat keys
 `ours_<service>_capacity`, `gowaku_<service>_capacity`, `ours_<service>_cpu_per_unit_ms`,
@@ -155,7 +161,8 @@ def step(side: Side, service: str, r: float, args: argparse.Namespace, since_ns:
         return {**q, "p99_ms": q["queryable_p99_ms"], "processed_per_s": rate(done, q["window_s"]),
                 "cpu_ms_per_unit": round(q["cpu_s"] * 1000 / done, 3) if done else None}
     if service == "filter":
-        f = phase_filter(side, r, args.clients, args.warm, args.window)
+        f = phase_filter(side, r, args.clients, args.warm, args.window, fanout=args.fanout,
+                         keep_streams=args.keep_streams, connect_rate=args.connect_rate)
         return {**f, "p99_ms": f["push_p99_ms"], "processed_per_s": rate(f["delivered"], f["window_s"]),
                 "cpu_ms_per_unit": f["cpu_ms_per_push"],
                 "missing": (f["missing"] or 0) + (1 if f.get("clients_failed") else 0)}
@@ -221,13 +228,16 @@ def run_side(name: str, args: argparse.Namespace, tmp: Path) -> dict:
     say(f"{name}: starting (load {load1():.1f})")
     counter = [0]
 
+    # go-waku's filter service holds 20 subscribers unless its limit is raised
+    limit = args.clients if args.clients > 20 else None
+
     def fresh() -> Side:
         counter[0] += 1
         d = tmp / f"node{counter[0]}"
         d.mkdir()
-        return start_gowaku(d)
+        return start_gowaku(d, limit)
 
-    side = start_gowaku(tmp) if name == "gowaku" else start_ours(tmp, args.overrides)
+    side = start_gowaku(tmp, limit) if name == "gowaku" else start_ours(tmp, args.overrides)
     box = [side]
     out: dict = {"startup_s": round(side.startup_s, 1), **side.extra}
     if name == "ours" and "filter" in args.services:  # up = the store job's table; the filter query comes later
@@ -274,6 +284,13 @@ def main() -> int:
     for s in SERVICES:
         parser.add_argument(f"--{s}-rates", default=None, help=f"offered rates of the {s} ladder (per second)")
     parser.add_argument("--clients", type=int, default=20, help="filter light clients")
+    parser.add_argument("--fanout", type=int, default=1,
+                        help="filter: clients a message is pushed to (clients / fanout content topics)")
+    parser.add_argument("--connect-rate", type=float, default=50.0,
+                        help="filter: light clients started (dial, subscribe) a second; 0: all at once")
+    parser.add_argument("--keep-streams", action="store_true",
+                        help="filter: clients read every push of a stream (nwaku, js-waku) instead of one a "
+                             "stream (go-waku's light client)")
     parser.add_argument("--store-clients", type=int, default=16)
     parser.add_argument("--lightpush-clients", type=int, default=None, help="default 20 (quick: 5)")
     parser.add_argument("--warm", type=float, default=None, help="warm-up seconds of each step (reported apart)")
@@ -300,8 +317,10 @@ def main() -> int:
             setattr(args, name, quick if q else full)
     # our store job commits a trickle every store.max_trigger_delay_s: settled = that and 5 s still
     args.ours_still_s = float(load_config(args.overrides).get("store.max_trigger_delay_s")) + 5.0
-    too_fast = [r for r in args.rates["filter"] if r / args.clients > FILTER_PUSH_LIMIT]
-    if too_fast:
+    if args.fanout < 1 or args.clients % args.fanout:
+        parser.error(f"--fanout {args.fanout} must divide --clients {args.clients}")
+    too_fast = [r for r in args.rates["filter"] if r * args.fanout / args.clients > FILTER_PUSH_LIMIT]
+    if too_fast and not args.keep_streams:
         parser.error(f"filter rates {too_fast} over {args.clients} clients: more than go-waku's light client's "
                      f"{FILTER_PUSH_LIMIT:g} pushes/s a peer")
     if not GO_BIN.exists():
@@ -309,8 +328,10 @@ def main() -> int:
         return 2
     result: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "quick": q, "cores": os.cpu_count(),
                     "p99_goal_ms": args.p99_ms, "warm_s": args.warm, "window_s": args.window,
-                    "rates": args.rates, "clients": args.clients, "store_clients": args.store_clients,
-                    "lightpush_clients": args.lightpush_clients, "overrides": args.overrides}
+                    "rates": args.rates, "clients": args.clients, "fanout": args.fanout,
+                    "keep_streams": args.keep_streams, "connect_rate": args.connect_rate,
+                    "store_clients": args.store_clients, "lightpush_clients": args.lightpush_clients,
+                    "overrides": args.overrides}
     for name in [s.strip() for s in args.sides.split(",") if s.strip()]:
         tmp = Path(tempfile.mkdtemp(prefix=f"capacity-{name}-"))
         try:

@@ -181,7 +181,10 @@ class Side:
         return sum(self.cpu_by_process().values())
 
 
-def start_gowaku(tmp: Path) -> Side:
+def start_gowaku(tmp: Path, filter_max_subscribers: int | None = None) -> Side:
+    """go-waku's node; `filter_max_subscribers`: its filter service's subscriber limit raised
+    from go-waku's 20 (GOWAKU_FILTER_MAX_SUBSCRIBERS, which the node's build adds:
+    tests/interop/gowaku-node/build.sh)."""
     if not NODE_BIN.exists():
         say(f"building go-waku's node: {NODE_BUILD}")
         out = subprocess.run(["bash", str(NODE_BUILD)], capture_output=True, text=True)
@@ -202,8 +205,11 @@ def start_gowaku(tmp: Path) -> Side:
     if "/p2p/" not in addr:
         raise RuntimeError(f"gowaku-node --show-addresses printed {addr!r}")
     began = time.monotonic()
+    env = dict(os.environ)
+    if filter_max_subscribers:
+        env["GOWAKU_FILTER_MAX_SUBSCRIBERS"] = str(filter_max_subscribers)
     proc = subprocess.Popen(argv, stdout=(tmp / "node.log").open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     host, port = "127.0.0.1", int(addr.split("/tcp/")[1].split("/")[0])
     import socket
     while True:
@@ -449,14 +455,24 @@ def timed_window(pub: GoClient, warm: float, window: float,
 SLICE_S = 10.0  # the filter runs' p99 per this much of the window
 
 
-def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window: float) -> dict:
-    topics = [f"/sbs/1/f{j}/proto" for j in range(clients)]
+def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window: float, *,
+                 fanout: int = 1, keep_streams: bool = False, connect_rate: float = 0.0) -> dict:
+    """`clients` go-waku filter clients (`filter-many`), `clients // fanout` content topics (each
+    message is pushed to `fanout` clients), a relay publisher at `msg_rate` rotating over them.
+    `keep_streams`: the clients read every push of a stream (nwaku, js-waku), else one a stream
+    (go-waku's light client); `connect_rate`: clients started a second (0: all at once). Latency
+    and missing over every (message, subscribed client) pair offered in the window."""
+    if fanout < 1 or clients % fanout:
+        raise ValueError(f"--fanout {fanout} must divide the {clients} clients")
+    topics = [f"/sbs/1/f{j}/proto" for j in range(clients // fanout)]
     cts = [a for t in topics for a in ("--content-topic", t)]
     log = side.tmp / f"filter-{int(msg_rate)}"
     t0 = time.monotonic()
     fm = GoClient(["filter-many", *common(side), "--clients", str(clients), *cts, "--timeout", "120",
+                   *(["--keep-streams"] if keep_streams else []),
+                   *(["--connect-rate", str(connect_rate)] if connect_rate > 0 else []),
                    "--seconds", str(warm + window + 20)], log.with_suffix(".clients.log"))
-    fm.wait_event("ready", 180)
+    fm.wait_event("ready", 180 + (clients / connect_rate if connect_rate > 0 else 0))
     subscribe_s = time.monotonic() - t0
     pub = GoClient(["relay-publish", *common(side), *cts, "--rotate-content-topics", "--rate", str(msg_rate),
                     "--seconds", str(warm + window + 2), "--linger", "2", "--timeout", "120"],
@@ -472,16 +488,24 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
     finally:
         pub.kill()
         fm.kill()
-    recv = {h: (ts, rt) for h, ts, rt in fsum.get("receipts", [])}
+    recv: dict[str, list[int]] = {}  # message hash -> receipt times (ns), one a client that got it
+    for h, _ts, rt, *_client in fsum.get("receipts", []):
+        recv.setdefault(h, []).append(rt)
     log.with_suffix(".json").write_text(json.dumps({"window": [ws, we], "published": pub.publishes, "clients": fsum}))
     offered = [(h, ts) for h, ts in pub.publishes if ws <= ts / 1e9 < we]
     warmup = [(h, ts) for h, ts in pub.publishes if ts / 1e9 < ws]
+
+    def each_push(h: str, ts: int) -> list[float | None]:
+        """Latency (ms) of the message's push to each of its `fanout` clients; None: never got it."""
+        got: list[float | None] = [(rt - ts) / 1e6 for rt in recv.get(h, ())[:fanout]]
+        return got + [None] * (fanout - len(got))
+
     # (publish time s, latency ms or None: never delivered) of each push offered in the window
-    pushes = [(ts / 1e9, (recv[h][1] - ts) / 1e6 if h in recv else None) for h, ts in offered]
+    pushes = [(ts / 1e9, x) for h, ts in offered for x in each_push(h, ts)]
     lat = [x for _, x in pushes if x is not None]
-    wlat = [(recv[h][1] - ts) / 1e6 for h, ts in warmup if h in recv]
-    s = latency_summary(lat, len(offered), digits=2)
-    w = latency_summary(wlat, len(warmup), digits=1)
+    wlat = [x for h, ts in warmup for x in each_push(h, ts) if x is not None]
+    s = latency_summary(lat, len(offered) * fanout, digits=2)
+    w = latency_summary(wlat, len(warmup) * fanout, digits=1)
     slices = p99_by_slice(pushes, ws, we, SLICE_S)
     stages: dict = {}
     st = stage_times_of(side, stages)
@@ -491,7 +515,7 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
         for h, ts in offered:
             rx, m_app, p_app = st.get(h, (0.0, 0.0, None))
             if h in recv and p_app is not None:
-                got = recv[h][1] / 1e9
+                got = max(recv[h]) / 1e9  # the message's last push
                 for k, v in zip(spans, (rx - ts / 1e9, m_app - rx, p_app - m_app, got - p_app), strict=True):
                     spans[k].append(v * 1000)
         summarize_spans(spans, stages)
@@ -510,11 +534,12 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
     cpu_s = sum(cpu.values())
     warm_cpu_s = sum(cpu_delta(cw, c0).values())  # the warm-up's, reported apart: the JVMs still compile
     return {
-        "rate": msg_rate, "clients": clients, "window_s": round(we - ws, 1), "subscribe_s": round(subscribe_s, 1),
-        "published": len(pub.publishes), "publisher_ok": pub_summary.get("ok"), "offered": len(offered),
+        "rate": msg_rate, "clients": clients, "fanout": fanout, "keep_streams": keep_streams,
+        "window_s": round(we - ws, 1), "subscribe_s": round(subscribe_s, 1),
+        "published": len(pub.publishes), "publisher_ok": pub_summary.get("ok"), "offered": len(offered) * fanout,
         "delivered": s.delivered, "missing": s.missing, "duplicates": fsum.get("duplicates"),
         "push_p50_ms": s.p50, "push_p90_ms": s.p90, "push_p99_ms": s.p99, "push_max_ms": s.max,
-        "warmup_offered": len(warmup), "warmup_missing": w.missing, "warmup_push_p50_ms": w.p50,
+        "warmup_offered": len(warmup) * fanout, "warmup_missing": w.missing, "warmup_push_p50_ms": w.p50,
         "warmup_push_p99_ms": w.p99, "warmup_s": warm,
         "warmup_cpu_ms_per_push": round(warm_cpu_s * 1000 / w.delivered, 2) if w.delivered else None,
         "push_p99_ms_by_slice": slices,
@@ -522,6 +547,7 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
         "cpu_ms_per_push": round(cpu_s * 1000 / s.delivered, 2) if s.delivered else None,
         "cores": round(cpu_s / (we - ws), 3),
         "clients_failed": fsum.get("failed_clients"), "clients_error": fsum.get("error"),
+        "subscribe_retries": fsum.get("subscribe_retries"),
         **({"stages_ms": stages} if stages else {}),
     }
 

@@ -118,6 +118,19 @@ def test_a_client_that_keeps_reading_gets_every_push_over_one_stream(muxer):
     assert stats.outcomes["reused"] == N - 1 and stats.outcomes["pushed"] == N
 
 
+@pytest.mark.parametrize("muxer", ["yamux", "mplex"])
+def test_pushes_queued_for_a_kept_stream_go_out_together_in_order(muxer):
+    """A burst offered at once (no spacing): while the probe stream opens the rest queue, and go
+    out on the kept stream several to a write (`write_on_stream`: one yamux frame; mplex: the
+    stream's own write), each once and in the order offered."""
+    client = Client("keep", muxer)
+    n = 200
+    stats = trio.run(run_pusher, client, settings(), n, 0.0)
+    assert client.received == [f"m{i}" for i in range(n)]
+    assert client.streams == 1 and stats.outcomes["reused"] == n - 1 and stats.outcomes["pushed"] == n
+    assert 0 < stats.outcomes["kept_writes"] < n - 1
+
+
 def test_a_client_that_reads_one_push_per_stream_gets_every_push():
     client = Client("one")
     stats = trio.run(run_pusher, client, settings(), N, 0.02)

@@ -196,12 +196,19 @@ def test_refused(argv, start):
 
 def test_harmless_options_are_accepted_and_listed_once():
     t = translate(shlex.split("--keep-alive=true --relay-peer-exchange=true --dns-discovery=true "
-                              "--dns-discovery-url=enrtree://X@example.org --max-connections=150 --agent-string=x "
+                              "--dns-discovery-url=enrtree://X@example.org --agent-string=x "
                               "--relay=true --mix=false --metrics-logging=true"), {})
     assert t.errors == () and t.overrides == ()
     names = [line.split(":")[0] for line in t.ignored]
     assert names == ["--keep-alive", "--relay-peer-exchange", "--dns-discovery", "--dns-discovery-url",
-                     "--max-connections", "--agent-string", "--metrics-logging"]
+                     "--agent-string", "--metrics-logging"]
+
+
+def test_max_connections_is_the_bridges_connection_cap():
+    t = translate(["--max-connections=150"], {})
+    assert t.errors == () and t.overrides == ("bridge.max_connections=150",)
+    (line,) = errors("--max-connections=0")
+    assert "max-connections" in line and "at least 1" in line
 
 
 def test_log_level():
@@ -327,6 +334,7 @@ def test_nwaku_compose_command_line_without_its_refused_options(tmp_path):
             "--dns4-domain-name=node.example.org --nodekey=" + "22" * 32)
     s = cli.bridge_settings(["run", *shlex.split(line)], environ={})
     assert (s.cluster_id, s.tcp_port, s.wss_port, s.ws_port, s.metrics_port) == (1, 30304, 8000, -1, 8003)
+    assert s.max_connections == 150
     assert len(s.pubsub_topics) == 8 and s.discv5 is not None and s.discv5.port == 9005
     assert [str(a) for a in s.announce] == ["/ip4/203.0.113.7/tcp/30304", "/dns4/node.example.org/tcp/30304",
                                             "/dns4/node.example.org/tcp/8000/wss"]

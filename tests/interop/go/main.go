@@ -34,7 +34,7 @@ Commands:
   lightpush      --count N [--rate R]
   store-bench    --seconds S [--pubsub-topics T1,T2] [--content-topic C ...] [--start-ns A --end-ns B] [--seed N] [--rate R] [--plan FILE] [--times]
                  (a load client of tests/benchmarks/store_query.py: waits for a line on stdin) [--legacy]
-  filter-many    --clients N --seconds S [--content-topic C ...]   (tests/benchmarks/side_by_side.py)
+  filter-many    --clients N --seconds S [--content-topic C ...] [--keep-streams]   (tests/benchmarks/side_by_side.py)
   store-probe    --seconds S [--interval-ms I] [--legacy]          (tests/benchmarks/side_by_side.py)
   enr-decode     --enr enr:...   (go-waku's ENR parser; no --peer)
   serve          --seconds S     (a go-waku relay node that prints its ENR and dials nobody; no --peer)
@@ -99,6 +99,8 @@ type options struct {
 	times       bool   // store-bench: each page's due time in the summary
 
 	clients    int     // filter-many
+	keepStream bool    // filter-many: read every push of a stream until it ends (nwaku, js-waku)
+	connRate   float64 // filter-many: clients started per second (0: all at once)
 	intervalMs float64 // store-probe
 	legacy     bool    // store-bench, store-probe: go-waku's legacy store protocol
 	rotateCT   bool    // relay-publish: message i on content topic i mod len(--content-topic)
@@ -171,6 +173,8 @@ func parseArgs(args []string) (*options, error) {
 	fs.BoolVar(&o.times, "times", false, "store-bench: the summary holds each page's due time (starts_unix_ms)")
 	fs.StringVar(&o.plan, "plan", "", "store-bench: page these queries in turn (a JSON object a line: pubsub_topic, content_topics, start_ns, end_ns, forward, page_size, include_data, hashes) instead of random ones")
 	fs.IntVar(&o.clients, "clients", 20, "filter-many: filter light clients, each its own node")
+	fs.Float64Var(&o.connRate, "connect-rate", 0, "filter-many: clients started (dial, subscribe) per second; 0: all at once")
+	fs.BoolVar(&o.keepStream, "keep-streams", false, "filter-many: each client reads every push of a push stream until the service ends it, as nwaku's and js-waku's clients do (default: go-waku's light client, one push a stream)")
 	fs.Float64Var(&o.intervalMs, "interval-ms", 20, "store-probe: milliseconds between the starts of two queries")
 	fs.BoolVar(&o.legacy, "legacy", false, "store-bench, store-probe: query with the legacy store protocol (go-waku's own node serves only that one)")
 	fs.BoolVar(&o.rotateCT, "rotate-content-topics", false, "relay-publish: message i on content topic i mod the number of --content-topic")

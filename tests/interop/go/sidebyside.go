@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-msgio/pbio"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/proto"
@@ -18,15 +20,24 @@ import (
 	"github.com/waku-org/go-waku/waku/v2/onlinechecker"
 	wprotocol "github.com/waku-org/go-waku/waku/v2/protocol"
 	"github.com/waku-org/go-waku/waku/v2/protocol/filter"
+	filterpb "github.com/waku-org/go-waku/waku/v2/protocol/filter/pb"
 	"github.com/waku-org/go-waku/waku/v2/protocol/legacy_store"
 	wpb "github.com/waku-org/go-waku/waku/v2/protocol/pb"
 	"github.com/waku-org/go-waku/waku/v2/protocol/store"
+	"github.com/waku-org/go-waku/waku/v2/protocol/subscription"
 )
 
 // cmdFilterMany runs --clients go-waku filter light clients, each its own node (own host,
-// own connection), client j subscribed to content topic j mod len(--content-topic). Emits
-// {"event":"ready"} once every client is subscribed, stays --seconds, and reports every push
-// as [hash, message timestamp ns, receipt time ns] ("receipts") plus per-client counts.
+// own connection), client j subscribed to content topic j mod len(--content-topic) (so with
+// fewer topics than clients, each message is pushed to clients/topics of them: the fan-out).
+// Emits {"event":"ready"} once every client is subscribed, stays --seconds, and reports every
+// push a client received once as [hash, message timestamp ns, receipt time ns, client]
+// ("receipts"; "duplicates": the same message again at the same client).
+//
+// Pushes are read by go-waku's light client (one push a stream, then it closes the stream), or
+// with --keep-streams as nwaku's and js-waku's clients read them: every push of a stream, until
+// the service node ends it (the handler of the push protocol replaced on each client's host;
+// subscribe, ping and unsubscribe stay go-waku's).
 func cmdFilterMany(ctx context.Context, o *options, log *zap.Logger) result {
 	deadline := time.Now().Add(o.timeoutDur())
 	limit := rate.Limit(o.pushRate)
@@ -39,13 +50,33 @@ func cmdFilterMany(ctx context.Context, o *options, log *zap.Logger) result {
 		cf wprotocol.ContentFilter
 	}
 	var mu sync.Mutex
-	receipts := make([][3]any, 0, 1<<14)
-	pushes, duplicates := 0, 0
-	seen := map[string]bool{}
+	receipts := make([][4]any, 0, 1<<14)
+	pushes, duplicates, retries := 0, 0, 0
+	type got struct {
+		hash   string
+		client int
+	}
+	seen := map[got]bool{}
+	record := func(j int, h string, ts int64) {
+		now := time.Now().UnixNano()
+		mu.Lock()
+		pushes++
+		if seen[got{h, j}] {
+			duplicates++
+		} else {
+			seen[got{h, j}] = true
+			receipts = append(receipts, [4]any{h, ts, now, j})
+		}
+		mu.Unlock()
+	}
 	clients := make([]*client, o.clients)
 	errs := make([]string, o.clients)
 	var wg sync.WaitGroup
+	began := time.Now()
 	for j := 0; j < o.clients; j++ {
+		if o.connRate > 0 { // client j starts j / rate s in (a light client population, not one instant)
+			time.Sleep(time.Until(began.Add(time.Duration(float64(j) / o.connRate * float64(time.Second)))))
+		}
 		wg.Add(1)
 		go func(j int) {
 			defer wg.Done()
@@ -63,15 +94,37 @@ func cmdFilterMany(ctx context.Context, o *options, log *zap.Logger) result {
 				errs[j] = "light node start: " + err.Error()
 				return
 			}
+			if o.keepStream {
+				s.node.Host().SetStreamHandler(filter.FilterPushID_v20beta1, keptPushReader(j, record))
+			}
 			if err := s.connect(ctx, deadline); err != nil {
 				errs[j] = err.Error()
 				return
 			}
 			ct := o.contentTopics.vals[j%len(o.contentTopics.vals)]
 			c.cf = wprotocol.NewContentFilter(o.pubsubTopic, ct)
-			sctx, cancel := context.WithDeadline(ctx, deadline)
-			subs, err := ln.Subscribe(sctx, c.cf, filter.WithPeer(s.peerID))
-			cancel()
+			// A failed subscribe is tried again, up to 3 times a second apart (as apps on go-waku's
+			// filter API do); each retry is counted (subscribe_retries).
+			var subs []*subscription.SubscriptionDetails
+			for attempt := 0; attempt < 3; attempt++ {
+				if attempt > 0 {
+					mu.Lock()
+					retries++
+					mu.Unlock()
+					time.Sleep(time.Second)
+					if !s.isConnected() {
+						if err := s.connect(ctx, deadline); err != nil {
+							continue
+						}
+					}
+				}
+				sctx, cancel := context.WithDeadline(ctx, deadline)
+				subs, err = ln.Subscribe(sctx, c.cf, filter.WithPeer(s.peerID))
+				cancel()
+				if err == nil && len(subs) > 0 {
+					break
+				}
+			}
 			if err != nil || len(subs) == 0 {
 				errs[j] = "subscribe failed"
 				return
@@ -79,17 +132,7 @@ func cmdFilterMany(ctx context.Context, o *options, log *zap.Logger) result {
 			for _, sub := range subs {
 				go func() {
 					for env := range sub.C {
-						now := time.Now().UnixNano()
-						h := env.Hash().String()
-						mu.Lock()
-						pushes++
-						if seen[h] {
-							duplicates++
-						} else {
-							seen[h] = true
-							receipts = append(receipts, [3]any{h, env.Message().GetTimestamp(), now})
-						}
-						mu.Unlock()
+						record(j, env.Hash().String(), env.Message().GetTimestamp())
 					}
 				}()
 			}
@@ -147,7 +190,7 @@ func cmdFilterMany(ctx context.Context, o *options, log *zap.Logger) result {
 		}
 		return obj{"clients": o.clients, "failed_clients": failed, "connected_at_end": connected,
 			"pushes": pushes, "duplicates": duplicates, "received": len(receipts),
-			"receipts": append([][3]any{}, receipts...)}
+			"keep_streams": o.keepStream, "subscribe_retries": retries, "receipts": append([][4]any{}, receipts...)}
 	}
 	if failed > 0 {
 		return fail(fields(), "%d of %d clients failed (first: %s)", failed, o.clients, firstErr)
@@ -258,4 +301,26 @@ func cmdStoreProbe(ctx context.Context, o *options, log *zap.Logger) result {
 	f["latencies_ms"] = latencies
 	f["seen"] = seen
 	return result{fields: f}
+}
+
+// keptPushReader reads pushes as nwaku's filter client does (waku_filter_v2/client.nim: readLp
+// until the stream ends) and js-waku's (it reads the push stream to its end): every
+// length-prefixed MessagePush of the stream, each recorded on arrival, until the service node
+// closes or resets it.
+func keptPushReader(j int, record func(int, string, int64)) network.StreamHandler {
+	return func(st network.Stream) {
+		defer st.Close()
+		r := pbio.NewDelimitedReader(st, 10<<20)
+		for {
+			push := &filterpb.MessagePush{}
+			if err := r.ReadMsg(push); err != nil {
+				return
+			}
+			m := push.GetWakuMessage()
+			if m == nil {
+				continue
+			}
+			record(j, m.Hash(push.GetPubsubTopic()).String(), m.GetTimestamp())
+		}
+	}
 }

@@ -1,0 +1,63 @@
+"""The bridge's connection cap (`bridge.max_connections`, nwaku's --max-connections): every one
+of them may be inbound (py-libp2p's own defaults took 250 inbound of 300 in the swarm and 256 in
+its resource manager, and closed the rest before their handshake with a debug line at most: 750
+of 1,000 light clients of tests/benchmarks/capacity.py could not connect), and a connection over
+it is refused. Real py-libp2p hosts on loopback."""
+from __future__ import annotations
+
+import multiaddr
+import pytest
+import trio
+from libp2p.crypto.secp256k1 import create_new_key_pair
+from libp2p.peer.peerinfo import PeerInfo
+
+from core.config import load_config
+from ingest.host import build_host, listen_addrs
+from ingest.settings import BridgeSettings
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_shipped_cap_takes_every_filter_peer_inbound():
+    s = BridgeSettings.from_config(load_config([]))
+    assert s.max_connections >= load_config([]).get("filter.max_peers") + 100
+    host = build_host(create_new_key_pair(), listen_addrs("127.0.0.1", 0, -1), max_connections=s.max_connections)
+    swarm = host.get_network()
+    assert swarm._inbound_limiter.total_tokens == s.max_connections == swarm.connection_config.max_connections
+    # py-libp2p's resource manager refused the 257th inbound connection by default
+    limits = swarm._resource_manager.connection_limits
+    assert limits.max_established_inbound == limits.max_established_total == s.max_connections
+    assert swarm._resource_manager.graceful_degradation is None
+
+
+def test_a_connection_over_the_cap_is_refused_and_the_others_stay():
+    async def main() -> tuple[list[bool], int]:
+        addrs = listen_addrs("127.0.0.1", 0, -1)
+        bridge = build_host(create_new_key_pair(), addrs, max_connections=2)
+        clients = [build_host(create_new_key_pair(), listen_addrs("127.0.0.1", 0, -1)) for _ in range(3)]
+        ok: list[bool] = []
+        async with bridge.run(addrs), trio.open_nursery() as nursery:
+            target = multiaddr.Multiaddr(str(bridge.get_addrs()[0]).split("/p2p/")[0])
+            for c in clients:
+                await nursery.start(_run, c)
+            for c in clients:
+                try:
+                    with trio.fail_after(10):
+                        await c.connect(PeerInfo(bridge.get_id(), [target]))
+                        await c.new_stream(bridge.get_id(), ["/ipfs/id/1.0.0"])
+                    ok.append(True)
+                except Exception:  # noqa: BLE001 - refused: closed before the handshake
+                    ok.append(False)
+            await trio.sleep(0.2)
+            connected = len(bridge.get_network().connections)
+            nursery.cancel_scope.cancel()
+        return ok, connected
+
+    ok, connected = trio.run(main)
+    assert ok == [True, True, False] and connected == 2
+
+
+async def _run(host, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async with host.run(listen_addrs("127.0.0.1", 0, -1)):
+        task_status.started()
+        await trio.sleep_forever()
