@@ -26,9 +26,10 @@ process of the node in that window over the units processed in it.
   `--connect-rate` a second) on `--clients / --fanout` content topics (each message is pushed to
   `--fanout` clients) and a relay publisher rotating over the topics; push latency = client
   receipt - message timestamp, over every (message, subscribed client) pair offered
-  (side_by_side's filter phase). The clients read pushes as go-waku's light client does (one
-  push a stream), or with `--keep-streams` as nwaku's and js-waku's do (every push of a stream
-  until the service ends it; go-waku's subscribe, ping and unsubscribe). go-waku's node holds 20
+  (side_by_side's filter phase; at most 100 clients a process). The clients read pushes as
+  go-waku's light client does (one push a stream), or with `--keep-streams` as nwaku's and
+  js-waku's do (every push of a stream until the service ends it; go-waku's subscribe, ping and
+  unsubscribe). go-waku's node holds 20
   filter subscribers (DefaultMaxSubscribers; raised to `--clients` through the
   GOWAKU_FILTER_MAX_SUBSCRIBERS its build adds, tests/interop/gowaku-node/build.sh) and answers
   one filter request a second a peer: each of its filter steps gets a node of its own. go-waku's

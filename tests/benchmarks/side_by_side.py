@@ -455,6 +455,20 @@ def timed_window(pub: GoClient, warm: float, window: float,
 SLICE_S = 10.0  # the filter runs' p99 per this much of the window
 
 
+CLIENTS_PER_PROCESS = 100  # filter-many: go-waku light clients in one process
+
+
+def _merged(summaries: list[dict]) -> dict:
+    """One filter-many summary from several processes' (their clients' receipts and counts)."""
+    out: dict = {"receipts": [], "error": None}
+    for f in summaries:
+        out["receipts"].extend(f.get("receipts", []))
+        for key in ("duplicates", "failed_clients", "subscribe_retries", "pushes", "clients", "connected_at_end"):
+            out[key] = (out.get(key) or 0) + (f.get(key) or 0)
+        out["error"] = out["error"] or f.get("error")
+    return out
+
+
 def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window: float, *,
                  fanout: int = 1, keep_streams: bool = False, connect_rate: float = 0.0) -> dict:
     """`clients` go-waku filter clients (`filter-many`), `clients // fanout` content topics (each
@@ -468,11 +482,20 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
     cts = [a for t in topics for a in ("--content-topic", t)]
     log = side.tmp / f"filter-{int(msg_rate)}"
     t0 = time.monotonic()
-    fm = GoClient(["filter-many", *common(side), "--clients", str(clients), *cts, "--timeout", "120",
-                   *(["--keep-streams"] if keep_streams else []),
-                   *(["--connect-rate", str(connect_rate)] if connect_rate > 0 else []),
-                   "--seconds", str(warm + window + 20)], log.with_suffix(".clients.log"))
-    fm.wait_event("ready", 180 + (clients / connect_rate if connect_rate > 0 else 0))
+    # At most CLIENTS_PER_PROCESS go-waku nodes a process (client j on topic j mod len(topics) in
+    # all): 500 in one process lost ~470 of their connections within seconds of subscribing, 5 x 100
+    # kept all 500 (2026-12-04).
+    fms = []
+    for k, first in enumerate(range(0, clients, CLIENTS_PER_PROCESS)):
+        n = min(CLIENTS_PER_PROCESS, clients - first)
+        shift = first % len(topics)
+        mine = [a for t in topics[shift:] + topics[:shift] for a in ("--content-topic", t)]
+        fms.append(GoClient(["filter-many", *common(side), "--clients", str(n), *mine, "--timeout", "120",
+                             *(["--keep-streams"] if keep_streams else []),
+                             *(["--connect-rate", str(connect_rate * n / clients)] if connect_rate > 0 else []),
+                             "--seconds", str(warm + window + 20)], log.with_suffix(f".clients{k}.log")))
+    for fm in fms:
+        fm.wait_event("ready", 180 + (clients / connect_rate if connect_rate > 0 else 0))
     subscribe_s = time.monotonic() - t0
     pub = GoClient(["relay-publish", *common(side), *cts, "--rotate-content-topics", "--rate", str(msg_rate),
                     "--seconds", str(warm + window + 2), "--linger", "2", "--timeout", "120"],
@@ -484,10 +507,11 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
         pub_summary = pub.finish(warm + window + 120)
         # the clients stay until the last pushes of the window arrived, then unsubscribe (go-waku's
         # node holds 20 subscribers at most, and with --filter-timeout 1ns never drops one)
-        fsum = fm.finish(warm + window + 120)
+        fsum = _merged([fm.finish(warm + window + 120) for fm in fms])
     finally:
         pub.kill()
-        fm.kill()
+        for fm in fms:
+            fm.kill()
     recv: dict[str, list[int]] = {}  # message hash -> receipt times (ns), one a client that got it
     for h, _ts, rt, *_client in fsum.get("receipts", []):
         recv.setdefault(h, []).append(rt)
