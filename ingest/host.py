@@ -31,6 +31,7 @@ from libp2p.network.stream.net_stream import StreamState
 from libp2p.network.swarm import Swarm
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
+from libp2p.peer.peerstore import PeerStore
 from libp2p.rcmgr import ResourceLimits, ResourceManager
 from libp2p.rcmgr.connection_limits import ConnectionLimits
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
@@ -594,14 +595,16 @@ def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
                muxers: Sequence[str] = ("yamux", "mplex"), *, tls_server: ssl.SSLContext | None = None,
                tls_client: ssl.SSLContext | None = None,
                announce: Sequence[multiaddr.Multiaddr] = (), stream_gate: StreamGate | None = None,
-               max_connections: int | None = None) -> IHost:
+               max_connections: int | None = None, peer_store_capacity: int | None = None) -> IHost:
     """A host with the given identity whose transports cover `addrs` (TCP, plus websocket when
     an address has /ws or /wss); call ``host.run(addrs)`` to listen. Security is noise alone; the
     muxers are offered in the given order (js-waku speaks mplex only). `tls_server`: the wss
     listener's certificate; `tls_client`: how wss dials verify; `announce`: what identify
     advertises (default: the listen addresses, wildcards expanded); `stream_gate`: caps on inbound
     streams (the bridge's; clients have none); `max_connections`: connections at once, inbound
-    ones included (py-libp2p's default: 300, of which 250 inbound, refused silently beyond).
+    ones included (py-libp2p's default: 300, of which 250 inbound, refused silently beyond);
+    `peer_store_capacity`: peers the peer store keeps (py-libp2p's default 1,000: past it, it drops
+    peers' keys and protocols, a connected one's too, and its identify then fails).
     py-libp2p as the bridge runs it: `p2p_patches.apply` (the process-wide replacements, this
     host's auto-connector redials off, the gate)."""
     websocket = any("/ws" in str(a) for a in addrs)
@@ -617,6 +620,8 @@ def build_host(key_pair: KeyPair, addrs: Sequence[multiaddr.Multiaddr],
         addrs_factory=lambda candidates: advertised(candidates, announce),
         connection_config=None if max_connections is None else _connection_config(max_connections),
         resource_manager=None if max_connections is None else _resource_manager(max_connections),
+        peerstore_opt=None if peer_store_capacity is None else PeerStore(
+            max_records=peer_store_capacity, max_peers=peer_store_capacity),
     )
     swarm = cast(Swarm, host.get_network())  # py-libp2p's one INetworkService
     if tls_server is not None and any(_is_plain_ws(a) for a in addrs):

@@ -169,7 +169,9 @@ class Bridge:
         tls = tls_server_context(s.tls_cert_file, s.tls_key_file) if s.wss_port >= 0 else None
         gate = StreamGate(s.stream_limits, self.metrics.on_stream_refused, self.metrics.on_stream_failed)
         self.host = host = build_host(self.key_pair, self.listen_addrs, tls_server=tls, announce=s.announce,
-                                      stream_gate=gate, max_connections=s.max_connections)
+                                      stream_gate=gate, max_connections=s.max_connections,
+                                      # never below the connections: a connected peer's key must stay
+                                      peer_store_capacity=max(s.peer_store_capacity, s.max_connections))
         self.stream_gate = gate
         if s.rln is not None:  # keystore, membership and the zk key checked before anything listens
             from ingest.rln.service import RlnRelay

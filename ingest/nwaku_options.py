@@ -92,7 +92,6 @@ IGNORED: dict[str, str] = {
     "relay-shard-manager": "no shard-aware peer manager",
     "relay-service-ratio": "no split of connections between relay and service peers",
     "ip-colocation-limit": "no per-IP connection cap",
-    "peer-store-capacity": "py-libp2p's peer store has no capacity setting",
     "peer-persistence": "peers are not persisted (bridge.static_peers are dialled at each start)",
     "max-relay-peers": "no relay peer cap",
     "agent-string": "identify announces py-libp2p's agent",
@@ -442,6 +441,11 @@ class _Mapper:
                     self.refuse(name, "expected an IP address")
                     continue
                 self.put(key, address)
+        if v.has("peer-store-capacity"):
+            if v.get("peer-store-capacity") < 1:
+                self.refuse("peer-store-capacity", "expected at least 1")
+            else:
+                self.put("bridge.peer_store_capacity", v.get("peer-store-capacity"))
         if v.has("max-connections"):
             if v.get("max-connections") < 1:
                 self.refuse("max-connections", "expected at least 1")

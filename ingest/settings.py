@@ -61,6 +61,7 @@ class BridgeSettings:
     lightpush_per_peer_per_s: float
     stream_limits: StreamLimits = StreamLimits()
     max_connections: int = 1200  # libp2p connections at once (nwaku's --max-connections)
+    peer_store_capacity: int = 2400  # peers the peer store keeps (nwaku's --peer-store-capacity)
     store: StoreServiceSettings | None = None  # the store service ([store_service]); None: off
     filter: FilterSettings | None = None  # the filter service ([filter]); None: off
     rest: RestSettings | None = None  # the REST API ([rest]); None: off
@@ -117,7 +118,7 @@ class BridgeSettings:
         _port("bridge.discv5_port", b["discv5_port"], allow_off=True)
         discv5 = Discv5Settings.from_config(config) if b["discv5_port"] >= 0 else None
         for key in ("producer_max_outstanding", "max_rpc_bytes", "relay_max_messages_per_rpc",
-                    "max_streams_per_peer", "max_streams_total", "max_connections"):
+                    "max_streams_per_peer", "max_streams_total", "max_connections", "peer_store_capacity"):
             if b[key] < 1:
                 raise ConfigError(f"bridge.{key}: expected at least 1, got {b[key]}")
         for key in ("redial_interval_s", "backpressure_timeout_s", "producer_delivery_timeout_s", "shutdown_timeout_s",
@@ -173,6 +174,7 @@ class BridgeSettings:
             lightpush_per_peer_per_s=max(0.0, b["lightpush_per_peer_per_s"]),
             stream_limits=StreamLimits(per_peer=b["max_streams_per_peer"], total=b["max_streams_total"]),
             max_connections=b["max_connections"],
+            peer_store_capacity=b["peer_store_capacity"],
             store=StoreServiceSettings.from_config(config) if config.get("store_service.enabled") else None,
             filter=FilterSettings.from_config(config, topics[0], topics) if config.get("filter.enabled") else None,
             rest=RestSettings.from_config(config) if config.get("rest.enabled") else None,

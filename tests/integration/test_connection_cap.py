@@ -30,6 +30,28 @@ def test_the_shipped_cap_takes_every_filter_peer_inbound():
     assert swarm._resource_manager.graceful_degradation is None
 
 
+def test_the_peer_store_keeps_more_peers_than_connections():
+    """py-libp2p's peer store held 1,000 peers: a 1,001st connected peer (the relay publisher
+    beside 1,000 light clients) lost its key, the bridge's identify of it failed and it never
+    joined the mesh. The node's store holds at least bridge.max_connections."""
+    s = BridgeSettings.from_config(load_config([]))
+    assert s.peer_store_capacity >= s.max_connections
+    host = build_host(create_new_key_pair(), listen_addrs("127.0.0.1", 0, -1), max_connections=s.max_connections,
+                      peer_store_capacity=s.peer_store_capacity)
+    store = host.get_peerstore()
+    assert store.max_peers == s.peer_store_capacity
+    from libp2p.crypto.secp256k1 import create_new_key_pair as key
+    from libp2p.peer.id import ID
+    peers = []
+    for _ in range(1100):
+        kp = key()
+        pid = ID.from_pubkey(kp.public_key)
+        store.add_pubkey(pid, kp.public_key)
+        store.add_addrs(pid, [multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/1")], 3600)
+        peers.append(pid)
+    assert all(store.pubkey(pid) is not None for pid in peers)
+
+
 def test_a_connection_over_the_cap_is_refused_and_the_others_stay():
     async def main() -> tuple[list[bool], int]:
         addrs = listen_addrs("127.0.0.1", 0, -1)

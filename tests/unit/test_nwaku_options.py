@@ -204,11 +204,13 @@ def test_harmless_options_are_accepted_and_listed_once():
                      "--agent-string", "--metrics-logging"]
 
 
-def test_max_connections_is_the_bridges_connection_cap():
+def test_max_connections_and_peer_store_capacity_are_the_bridges():
     t = translate(["--max-connections=150"], {})
     assert t.errors == () and t.overrides == ("bridge.max_connections=150",)
     (line,) = errors("--max-connections=0")
     assert "max-connections" in line and "at least 1" in line
+    t = translate(["--peer-store-capacity=5000"], {})
+    assert t.errors == () and t.overrides == ("bridge.peer_store_capacity=5000",)
 
 
 def test_log_level():
