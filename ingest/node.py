@@ -171,7 +171,7 @@ class Bridge:
         self.host = host = build_host(self.key_pair, self.listen_addrs, tls_server=tls, announce=s.announce,
                                       stream_gate=gate, max_connections=s.max_connections,
                                       # never below the connections: a connected peer's key must stay
-                                      peer_store_capacity=max(s.peer_store_capacity, s.max_connections))
+                                      peer_store_capacity=s.peer_store_capacity)
         self.stream_gate = gate
         if s.rln is not None:  # keystore, membership and the zk key checked before anything listens
             from ingest.rln.service import RlnRelay

@@ -441,16 +441,13 @@ class _Mapper:
                     self.refuse(name, "expected an IP address")
                     continue
                 self.put(key, address)
-        if v.has("peer-store-capacity"):
-            if v.get("peer-store-capacity") < 1:
-                self.refuse("peer-store-capacity", "expected at least 1")
-            else:
-                self.put("bridge.peer_store_capacity", v.get("peer-store-capacity"))
-        if v.has("max-connections"):
-            if v.get("max-connections") < 1:
-                self.refuse("max-connections", "expected at least 1")
-            else:
-                self.put("bridge.max_connections", v.get("max-connections"))
+        for name, key in (("peer-store-capacity", "bridge.peer_store_capacity"),
+                          ("max-connections", "bridge.max_connections")):
+            if v.has(name):
+                if v.get(name) < 1:
+                    self.refuse(name, "expected at least 1")
+                else:
+                    self.put(key, v.get(name))
         if v.has("max-msg-size"):
             size = _message_size(str(v.get("max-msg-size")))
             if size is None:

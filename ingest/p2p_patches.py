@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
-from libp2p.abc import IHost, INetStream, INetwork, INotifee
+from libp2p.abc import IHost, IMuxedConn, INetStream, INetwork, INotifee
 from libp2p.custom_types import StreamHandlerFn, TProtocol
 from libp2p.host.basic_host import _IdentifyNotifee
 from libp2p.io.trio import TrioTCPStream
-from libp2p.network.swarm import Swarm
+from libp2p.network.swarm import RawConnection, Swarm
+from libp2p.network.swarm import logger as swarm_logger
 from libp2p.network.tag_store import TagStoreNotifee
 from libp2p.pubsub.pubsub_notifee import PubsubNotifee
 from libp2p.security.secure_session import SecureSession
@@ -51,6 +52,7 @@ _PLAIN_YAMUX_STREAM_INIT = YamuxStream.__init__
 _PLAIN_READ_DATA_BODY = Yamux._read_data_body
 _PLAIN_YAMUX_INIT = Yamux.__init__
 _PLAIN_SWARM_NOTIFY = Swarm._notify
+_PLAIN_INBOUND = Swarm._do_handle_inbound_connection
 
 
 # -- the read path: one syscall for many noise frames, go-yamux's window updates -------------
@@ -239,6 +241,72 @@ async def _notify_who_listens(self: Swarm, method: str, *args: Any) -> None:
     await _PLAIN_SWARM_NOTIFY(self, method, *args)
 
 
+# -- an inbound connection's slot, held while it is open -------------------------------------
+
+async def _inbound_until_closed(self: Swarm, read_write_closer: Any, maddr: Multiaddr, failure_event: Any) -> None:
+    """Replaces Swarm._do_handle_inbound_connection: py-libp2p 0.8.1's (the connection gate, the
+    pre-multiplexed branch, the security and muxer upgrade), then it returns when the connection
+    closes. 0.8.1's waits for the swarm's end after every upgrade ("keep handler alive"), and its
+    caller `_handle_inbound_connection` gives the connection's inbound slot back only when this
+    returns: every inbound connection ever accepted kept its slot and its task, and once
+    `bridge.max_connections` connections had come and gone (py-libp2p's default: 250) every new
+    one was closed before its handshake, silently, for the rest of the process's life."""
+    remote_maddr = self._build_remote_multiaddr(read_write_closer)
+    if remote_maddr is not None and not await self.connection_gate.is_allowed(remote_maddr):
+        await _refused(self, read_write_closer, failure_event)
+        return
+    if isinstance(read_write_closer, IMuxedConn):  # QUIC, WebTransport: already multiplexed
+        try:
+            await self.add_conn(read_write_closer, direction="inbound")
+        except Exception:  # noqa: BLE001 - 0.8.1's: any failure closes it and is counted
+            await _refused(self, read_write_closer, failure_event)
+            return
+        await _until_closed(self, read_write_closer)
+        return
+    raw_conn = None
+    try:
+        raw_conn = RawConnection(read_write_closer, False)
+        muxed = await self.upgrade_inbound_raw_conn(raw_conn, maddr)
+    except Exception as exc:  # noqa: BLE001 - 0.8.1's: a failed upgrade closes the socket, logged at debug
+        swarm_logger.debug("Error handling incoming connection: %s", exc)
+        try:
+            if raw_conn is not None:
+                await raw_conn.close()
+            else:
+                await _refused(self, read_write_closer, failure_event)
+        except Exception:  # noqa: BLE001 - closing a failed socket
+            pass
+        return
+    await _until_closed(self, muxed)
+
+
+async def _refused(swarm: Swarm, read_write_closer: Any, failure_event: Any) -> None:
+    try:
+        await read_write_closer.close()
+        failure_event.conn_incoming_error = True
+        if swarm.metric_send_channel is not None:
+            await swarm.metric_send_channel.send(failure_event)
+    except Exception:  # noqa: BLE001 - 0.8.1's: a refusal that cannot close or count is dropped
+        pass
+
+
+async def _until_closed(swarm: Swarm, muxed: Any) -> None:
+    """Until the muxed connection has closed (yamux's and mplex's `event_closed`) or the swarm
+    has ended."""
+    closed = getattr(muxed, "event_closed", None)
+    if closed is None:
+        await swarm.manager.wait_finished()
+        return
+    async with trio.open_nursery() as nursery:
+        async def swarm_end() -> None:
+            await swarm.manager.wait_finished()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(swarm_end)
+        await closed.wait()
+        nursery.cancel_scope.cancel()
+
+
 # -- one host's own --------------------------------------------------------------------------
 
 async def _no_auto_dials() -> None:
@@ -270,11 +338,13 @@ def apply(host: IHost | None = None,
           wrap_handler: Callable[[str, StreamHandlerFn], StreamHandlerFn] | None = None) -> None:
     """Every replacement of REGISTRY but `bound_receive_windows`' (idempotent). Process-wide, for
     every connection of this process: buffered TCP reads, half-window yamux updates, yamux frame
-    bodies taken straight from the noise buffer, `QuickLock` for the locks of yamux sessions,
+    bodies taken straight from the noise buffer, inbound connections' slots given back when they
+    close, `QuickLock` for the locks of yamux sessions,
     yamux streams and TCP streams, and no notifee fan-out for stream events nobody acts on. With
     `host`, its own: no auto-connector redials, and with `wrap_handler` its stream handlers
     through it (`gate_stream_handlers`)."""
     Swarm._notify = _notify_who_listens  # type: ignore[method-assign]
+    Swarm._do_handle_inbound_connection = _inbound_until_closed  # type: ignore[method-assign]
     TrioTCPStream._waku_rbuf = b""  # type: ignore[attr-defined]  # per instance once read
     TrioTCPStream._waku_rpos = 0  # type: ignore[attr-defined]
     TrioTCPStream.read = _buffered_tcp_read  # type: ignore[method-assign]
@@ -348,6 +418,10 @@ REGISTRY: tuple[Adaptation, ...] = (
     _r(_SWARM + "_notify", _P + "_notify_who_listens", "36afe611751a",
        "a stream's open and close skip the notifee fan-out (a nursery, a task per notifee, two scheduler "
        "passes) when every notifee's callback for it is a no-op", _NOTIFY, True),
+    _r(_SWARM + "_do_handle_inbound_connection", _P + "_inbound_until_closed", "c22fdfd5289f",
+       "an inbound connection's slot and task are given back when it closes: 0.8.1 holds both until the swarm "
+       "ends, so after max_connections connections had come and gone every new one was refused, silently",
+       "correctness (docs/bridge.md, What it does: Connections)", True),
     _r("libp2p.io.trio:TrioTCPStream.read", _P + "_buffered_tcp_read", "c606ac89ec9d",
        "up to 64 KiB per socket read, served from a buffer: 0.8.1 reads each noise frame's 2-byte length "
        "and its body with a syscall each", _RELAY_BENCH, True),
@@ -487,6 +561,8 @@ REGISTRY: tuple[Adaptation, ...] = (
        "an OPEN stream takes writes (its state checks)"),
     _d(_YAMUX + "YamuxStream.read", _H + "yamux_until_end", "ca585f2199fd",
        "the wait on the session's event for the stream, without the read's window updates"),
+    _d(_SWARM + "_handle_inbound_connection", _P + "_inbound_until_closed", "0800fdf9770e",
+       "takes the inbound slot and gives it back when _do_handle_inbound_connection returns"),
     _d(_SWARM + "_dial_with_retry", _H + "_dial_addr", "bd2025f00c84",
        "a dial with retries of its own: this loop over single attempts (its backoff, no retry after a peer id "
        "mismatch), the swarm's retry setting untouched"),
@@ -497,6 +573,7 @@ REGISTRY: tuple[Adaptation, ...] = (
 # The py-libp2p originals the registry's class-level replacements stand in for.
 _ORIGINALS: dict[str, Callable[..., Any]] = {
     _SWARM + "_notify": _PLAIN_SWARM_NOTIFY,
+    _SWARM + "_do_handle_inbound_connection": _PLAIN_INBOUND,
     "libp2p.io.trio:TrioTCPStream.read": _PLAIN_TCP_READ,
     "libp2p.io.trio:TrioTCPStream.__init__": _PLAIN_TCP_INIT,
     _YAMUX + "YamuxStream._auto_tune_and_send_window_update": _PLAIN_WINDOW_UPDATE,

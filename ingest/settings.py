@@ -174,7 +174,9 @@ class BridgeSettings:
             lightpush_per_peer_per_s=max(0.0, b["lightpush_per_peer_per_s"]),
             stream_limits=StreamLimits(per_peer=b["max_streams_per_peer"], total=b["max_streams_total"]),
             max_connections=b["max_connections"],
-            peer_store_capacity=b["peer_store_capacity"],
+            # never below the connections it may hold: a connected peer past the store's capacity
+            # loses its key and its identify fails (py-libp2p drops it)
+            peer_store_capacity=max(b["peer_store_capacity"], b["max_connections"]),
             store=StoreServiceSettings.from_config(config) if config.get("store_service.enabled") else None,
             filter=FilterSettings.from_config(config, topics[0], topics) if config.get("filter.enabled") else None,
             rest=RestSettings.from_config(config) if config.get("rest.enabled") else None,

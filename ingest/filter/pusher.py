@@ -293,15 +293,7 @@ class PeerPusher:
                             break
                         if item is None:
                             continue
-                    k = self.kept
-                    if k is not None and k.alive and item.codec == self.reuse_codec and not self.closes_streams:
-                        # On the kept stream: with the pushes queued behind it, in one write.
-                        batch, other = _take_queued(recv, item)
-                        await self._write_kept(k, batch)
-                        if other is not None:
-                            await self._send(other)
-                        continue
-                    await self._send(item)
+                    await self._send(item, recv)
                 nursery.cancel_scope.cancel()  # nothing is wanted any more: no retries, no waits
         finally:
             kept, self.kept = self.kept, None
@@ -311,7 +303,9 @@ class PeerPusher:
                 with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                     await _close_quietly(kept.stream)
 
-    async def _send(self, item: PushItem) -> None:
+    async def _send(self, item: PushItem, recv: trio.MemoryReceiveChannel | None = None) -> None:
+        """`item` pushed: on the kept stream when there is one (with the pushes queued behind it
+        in `recv`, in one write), else on a stream of its own."""
         if item.codec == self.reuse_codec and not self.closes_streams:
             k = self.kept
             if k is None:
@@ -323,7 +317,11 @@ class PeerPusher:
             if k.alive:
                 # At once, even on the probe: a peer that reads one push and closes (go-waku)
                 # gets what it did not read again on streams of their own once its close arrives.
-                await self._write_kept(k, [item])  # not paced: the peer reads as fast as we write
+                # Not paced: the peer reads as fast as we write.
+                batch, other = _take_queued(recv, item) if recv is not None else ([item], None)
+                await self._write_kept(k, batch)
+                if other is not None:
+                    await self._send(other)
                 return
         await self.bucket.take()
         await take_now_or_wait(self.slots)

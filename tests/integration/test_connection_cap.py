@@ -36,6 +36,9 @@ def test_the_peer_store_keeps_more_peers_than_connections():
     joined the mesh. The node's store holds at least bridge.max_connections."""
     s = BridgeSettings.from_config(load_config([]))
     assert s.peer_store_capacity >= s.max_connections
+    # a capacity set below the connection cap is raised to it
+    low = BridgeSettings.from_config(load_config(["bridge.peer_store_capacity=10", "bridge.max_connections=300"]))
+    assert low.peer_store_capacity == 300
     host = build_host(create_new_key_pair(), listen_addrs("127.0.0.1", 0, -1), max_connections=s.max_connections,
                       peer_store_capacity=s.peer_store_capacity)
     store = host.get_peerstore()
@@ -83,3 +86,54 @@ async def _run(host, task_status=trio.TASK_STATUS_IGNORED) -> None:
     async with host.run(listen_addrs("127.0.0.1", 0, -1)):
         task_status.started()
         await trio.sleep_forever()
+
+
+def test_connections_that_ended_give_their_slots_back():
+    """py-libp2p 0.8.1 held an inbound connection's slot until the swarm ended: once
+    max_connections clients had come and gone, every new connection was closed before its
+    handshake. Three rounds of max_connections clients, each round gone before the next."""
+    cap = 3
+
+    async def main() -> list[tuple[list[bool], int, int]]:
+        addrs = listen_addrs("127.0.0.1", 0, -1)
+        bridge = build_host(create_new_key_pair(), addrs, max_connections=cap)
+        rounds = []
+        async with bridge.run(addrs), trio.open_nursery() as nursery:
+            target = multiaddr.Multiaddr(str(bridge.get_addrs()[0]).split("/p2p/")[0])
+            swarm = bridge.get_network()
+            for _ in range(3):
+                clients = [build_host(create_new_key_pair(), listen_addrs("127.0.0.1", 0, -1)) for _ in range(cap)]
+                scopes = []
+                for c in clients:
+                    scopes.append(await nursery.start(_run_until_cancelled, c))
+                ok = []
+                for c in clients:
+                    try:
+                        with trio.fail_after(10):
+                            await c.connect(PeerInfo(bridge.get_id(), [target]))
+                            await c.new_stream(bridge.get_id(), ["/ipfs/id/1.0.0"])
+                        ok.append(True)
+                    except Exception:  # noqa: BLE001 - refused
+                        ok.append(False)
+                connected = len(swarm.connections)
+                for c in clients:
+                    for pid in list(c.get_network().connections):
+                        await c.disconnect(pid)
+                for scope in scopes:
+                    scope.cancel()
+                with trio.fail_after(10):  # progress, not a deadline: the bridge sees every close
+                    while swarm.connections or swarm._inbound_limiter.borrowed_tokens:
+                        await trio.sleep(0.05)
+                rounds.append((ok, connected, int(swarm._inbound_limiter.borrowed_tokens)))
+            nursery.cancel_scope.cancel()
+        return rounds
+
+    rounds = trio.run(main)
+    assert rounds == [([True] * cap, cap, 0)] * 3
+
+
+async def _run_until_cancelled(host, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    with trio.CancelScope() as scope:
+        async with host.run(listen_addrs("127.0.0.1", 0, -1)):
+            task_status.started(scope)
+            await trio.sleep_forever()
