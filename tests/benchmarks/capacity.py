@@ -6,6 +6,8 @@ offered rate a node holds with p99 <= 100 ms and nothing missing (issue 70).
         [--relay-rates 250,500,...] [--filter-rates ...] [--store-rates ...] [--lightpush-rates ...]
         [--clients 20] [--fanout 1] [--keep-streams] [--connect-rate 50] [--store-clients 16]
         [--lightpush-clients 20] [--warm S] [--window S] [--keep]
+        [--soak S [--soak-scale X] [--soak-round 600] [--soak-maintain-every 600] [--soak-retention 900]
+         [--soak-plot docs/img/soak.png]]
 
 The nodes, clients and CPU accounting are side_by_side.py's (its docstring: how each node is
 started, the go-waku harness .cache/interop/wakuinterop, every kind of client in its own
@@ -47,7 +49,10 @@ process of the node in that window over the units processed in it.
   client peer (v0.10.0's `WithRateLimiter(1, 1)`, not a flag of `cmd/waku`): its capacity is at
   most one push/s per client, which this benchmark reports as it is.
 
-Not measured here (issue 70 asks for them): the store on 10M rows, several bridges, the soak.
+`--soak S`: instead of the ladders, our stack for S s with every service loaded at once, maintain
+on a schedule, RSS, open files and disk sampled (tests/benchmarks/capacity_soak.py).
+
+Not measured here (issue 70 asks for them): the store on 10M rows, several bridges.
 
 The last line is JSON: per side and service the ladder, and the flat keys
 `ours_<service>_capacity`, `gowaku_<service>_capacity`, `ours_<service>_cpu_per_unit_ms`,
@@ -301,6 +306,17 @@ def main() -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="extra local_run --set k=v for our stack")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directories (logs)")
+    parser.add_argument("--soak", type=float, default=0.0, metavar="S",
+                        help="instead of the ladders: our stack for S s with every service loaded at once "
+                             "(tests/benchmarks/capacity_soak.py)")
+    parser.add_argument("--soak-scale", type=float, default=1.0,
+                        help="soak: each service at this x 70 %% of its measured capacity")
+    parser.add_argument("--soak-round", type=float, default=600.0, help="soak: seconds a round (p99 per round)")
+    parser.add_argument("--soak-maintain-every", type=float, default=600.0,
+                        help="soak: ./spark-submit.sh maintain every this many seconds")
+    parser.add_argument("--soak-retention", type=float, default=900.0,
+                        help="soak: store retention (seconds) of the maintain runs")
+    parser.add_argument("--soak-plot", default=None, metavar="PNG", help="soak: write the plot here")
     args = parser.parse_args()
     q = args.quick
     args.services = [s for s in args.services.split(",") if s]
@@ -333,6 +349,27 @@ def main() -> int:
                     "keep_streams": args.keep_streams, "connect_rate": args.connect_rate,
                     "store_clients": args.store_clients, "lightpush_clients": args.lightpush_clients,
                     "overrides": args.overrides}
+    if args.soak > 0:
+        from tests.benchmarks.capacity_soak import run_soak
+        tmp = Path(tempfile.mkdtemp(prefix="capacity-soak-"))
+        code = 0
+        try:
+            result["soak"] = run_soak(args, tmp)
+            result["soak"]["load_avg_1m_end"] = round(load1(), 1)
+            summary = result["soak"]["summary"]
+            say(f"soak: {summary}")
+            code = 0 if not (summary["lost"] or summary["duplicated"] or summary["pushes_missing"]) else 1
+        except Exception as exc:  # noqa: BLE001 - reported in the JSON
+            say(f"soak: failed: {exc} (logs in {tmp})")
+            result["soak"] = {"error": str(exc)[:2000]}
+            args.keep, code = True, 1
+        finally:
+            if args.keep:
+                say(f"kept {tmp}")
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
+        print(json.dumps(result), flush=True)
+        return code
     for name in [s.strip() for s in args.sides.split(",") if s.strip()]:
         tmp = Path(tempfile.mkdtemp(prefix=f"capacity-{name}-"))
         try:

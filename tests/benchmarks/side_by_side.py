@@ -176,6 +176,8 @@ class Side:
     # ours: {message hash (0x hex): (bridge receive, message append, push append)} wall seconds
     stage_times: Callable[[], dict[str, tuple[float, float, float | None]]] = dict
     extra: dict = field(default_factory=dict)
+    overrides: list[str] = field(default_factory=list)  # ours: local_run's --set items (a job of the stack takes them)
+    root_pid: int = 0  # ours: local_run's process (its descendants are the stack)
 
     def cpu(self) -> float:
         return sum(self.cpu_by_process().values())
@@ -236,7 +238,7 @@ def start_gowaku(tmp: Path, filter_max_subscribers: int | None = None) -> Side:
                 stored=stored)
 
 
-def _process_groups(root: int) -> dict[int, str]:
+def process_groups(root: int) -> dict[int, str]:
     """{process group: name} of `root` and every descendant (ours: local_run, the broker, the
     bridge and the jobs each start a session of their own)."""
     parent: dict[int, int] = {}
@@ -303,7 +305,7 @@ def start_ours(tmp: Path, extra: list[str]) -> Side:
     if local.poll() is not None or addr is None:
         raise RuntimeError(f"local_run did not come up: {run_log.read_text()[-3000:]}")
     startup = time.monotonic() - began
-    groups = _process_groups(local.pid)
+    groups = process_groups(local.pid)
 
     seen: dict[int, tuple[str, float]] = {}  # pid: (its group's name, its CPU when last seen)
 
@@ -311,7 +313,7 @@ def start_ours(tmp: Path, extra: list[str]) -> Side:
         """CPU so far by name, counting a process that ended at its last sample: a counter that
         never goes back when a group's process ends inside a window (a Spark driver's Python
         worker daemon leads a group of its own and ends when idle)."""
-        for g, name in (_process_groups(local.pid) | groups).items():  # groups started since too
+        for g, name in (process_groups(local.pid) | groups).items():  # groups started since too
             for pid, cpu in group_cpu_by_pid(g).items():
                 seen[pid] = (name, cpu)
         out: dict[str, float] = {}
@@ -352,7 +354,7 @@ def start_ours(tmp: Path, extra: list[str]) -> Side:
 
     return Side("ours", tmp, addr=addr, startup_s=startup, stop=stop, cpu_by_process=cpu_by_process,
                 stored=stored, bridge_received=bridge_received, stage_times=stage_times, metrics=metrics,
-                extra={"processes": sorted(set(groups.values()))})
+                extra={"processes": sorted(set(groups.values()))}, overrides=overrides, root_pid=local.pid)
 
 
 def kafka_stage_times(bootstrap: str, messages: str, push_prefix: str) -> dict[str, tuple[float, float, float | None]]:
