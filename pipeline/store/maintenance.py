@@ -81,6 +81,8 @@ def apply_retention(spark: SparkSession, settings: MaintainSettings, now: float 
     # received_date lets Delta drop whole days without reading them.
     cutoff_date = time.strftime("%Y-%m-%d", time.gmtime(cutoff))
     by_age = (F.col("received_date") < F.lit(cutoff_date)) | (F.col("received_time") < F.lit(cutoff))
+    log.info("retention: deleting messages received before %.3f (%s UTC, %g days)", cutoff,
+             time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(cutoff)), settings.retention_days)
     report.deleted_by_age = _delete(spark, messages, by_age)
     index = settings.warehouse.table_path(UNTIMED_INDEX)
     has_index = _exists(spark, index)

@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import threading
 import time
@@ -152,8 +153,9 @@ class Maintainer(threading.Thread):
             ended = time.time()
             text = log.read_text(errors="replace")
             report = next((ln for ln in text.splitlines() if "deleted_by_age" in ln), "")
+            m = re.search(r"retention: deleting messages received before ([0-9.]+)", text)
             self.runs.append({"start": round(began, 1), "end": round(ended, 1), "seconds": round(ended - began, 1),
-                              "rc": rc, "report": report[-600:]})
+                              "rc": rc, "cutoff": float(m.group(1)) if m else None, "report": report[-600:]})
             say(f"soak: maintain run {len(self.runs)}: rc {rc}, {ended - began:.0f} s")
 
 
@@ -288,8 +290,9 @@ def _account(side: Side, rounds_dir: list[Path], maintains: list[dict], retentio
 
     table = DeltaTable(str(side.tmp / "warehouse" / "messages")).to_pyarrow_table(columns=["message_hash"])
     counts = Counter(b.hex() for b in table.column("message_hash").to_pylist())
-    cutoffs = [(m["start"] - retention_s - RETENTION_BAND_S, m["end"] - retention_s + RETENTION_BAND_S)
-               for m in maintains if m["rc"] == 0]
+    # a run's cutoff as it logged it (else the span its cutoff can lie in), +- RETENTION_BAND_S
+    cutoffs = [((m["cutoff"] or m["start"] - retention_s) - RETENTION_BAND_S,
+                (m["cutoff"] or m["end"] - retention_s) + RETENTION_BAND_S) for m in maintains if m["rc"] == 0]
     out: dict = {"rows_in_store": table.num_rows, "duplicated_rows": sum(c - 1 for c in counts.values() if c > 1)}
     for kind in ("relay", "filter", "lightpush"):
         out[kind] = {"accepted": 0, "must_be_stored": 0, "stored": 0, "lost": 0, "duplicated": 0,
@@ -326,9 +329,12 @@ def run_soak(args: argparse.Namespace, tmp: Path) -> dict:
         f"(scale {args.soak_scale} x 70 % of {SOAK_CAPACITY}); maintain every {args.soak_maintain_every:.0f} s, "
         f"retention {args.soak_retention:.0f} s")
     side = start_ours(tmp, [*retention, *args.overrides])
+    from tests.benchmarks.capacity import wait_for_filter_query  # a message before the filter query: never pushed
+    filter_query_after_s = wait_for_filter_query(tmp / "var" / "filter-job.log")
     out: dict = {"rates": rates, "scale": args.soak_scale, "capacity_basis": SOAK_CAPACITY,
                  "seconds": args.soak, "round_s": args.soak_round, "maintain_every_s": args.soak_maintain_every,
-                 "retention_s": args.soak_retention, "startup_s": round(side.startup_s, 1)}
+                 "retention_s": args.soak_retention, "startup_s": round(side.startup_s, 1),
+                 "filter_query_after_s": round(filter_query_after_s, 1)}
     sampler = Sampler(side, 60.0)
     maint = Maintainer(side, args.soak_maintain_every, retention)
     rounds: list[dict] = []

@@ -198,7 +198,10 @@ def start_gowaku(tmp: Path, filter_max_subscribers: int | None = None) -> Side:
             "--cluster-id", "1", "--pubsub-topic", PUBSUB_TOPIC, "--relay", "--store",
             "--store-message-db-url", f"sqlite3://{db}", "--filter", "--lightpush",
             "--circuit-relay=false", "--nat", "none", "--ip-colocation-limit", "10000",
-            "--max-connections", "1000", "--log-level", "WARN", "--log-encoding", "nocolor",
+            # room for every light client besides the publisher and the probes (1,000 clients met
+            # the cap of 1,000 and go-waku's pushes failed with "connection failed")
+            "--max-connections", str(max(1000, (filter_max_subscribers or 0) + 200)),
+            "--log-level", "WARN", "--log-encoding", "nocolor",
             # go-waku v0.10.0's filter server deletes, every minute, the subscribers seen *within*
             # the timeout (subscribers_map.go cleanUp: `if elapsedTime < sub.timeout`), so every
             # subscription dies at the first tick after it was made; with 1 ns none is ever deleted
