@@ -80,7 +80,12 @@ def apply_retention(spark: SparkSession, settings: MaintainSettings, now: float 
     messages = settings.warehouse.table_path("messages")
     # received_date lets Delta drop whole days without reading them.
     cutoff_date = time.strftime("%Y-%m-%d", time.gmtime(cutoff))
-    by_age = (F.col("received_date") < F.lit(cutoff_date)) | (F.col("received_time") < F.lit(cutoff))
+    # The leading partition-only conjunct is what Delta's conflict check can evaluate on a
+    # concurrent append's files: without it (an OR with a data column) every append of the store
+    # job, to today's partition, conflicted with this DELETE (ConcurrentAppendException until the
+    # retries ran out, so on a busy store retention never applied).
+    by_age = (F.col("received_date") <= F.lit(cutoff_date)) & (
+        (F.col("received_date") < F.lit(cutoff_date)) | (F.col("received_time") < F.lit(cutoff)))
     log.info("retention: deleting messages received before %.3f (%s UTC, %g days)", cutoff,
              time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(cutoff)), settings.retention_days)
     report.deleted_by_age = _delete(spark, messages, by_age)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("waku.store")
 
 TOKEN_KEY = "waku.append"
+CONFLICT_RETRIES = 3  # delta-rs appends tried again after losing to a concurrent commit
 
 
 class MessagesAppender:
@@ -73,7 +74,20 @@ class MessagesAppender:
 
     def _append_with_delta_rs(self, data: pa.Table) -> bool:
         """Append with delta-rs; False (and Spark's Delta from now on) when it failed without
-        committing."""
+        committing. A commit that lost to a concurrent one (delta-rs counts every file of its
+        snapshot as read, so maintain's DELETE removing any of them conflicts) is tried again on
+        the new version, up to CONFLICT_RETRIES times."""
+        for _ in range(CONFLICT_RETRIES):
+            outcome = self._try_delta_rs(data)
+            if outcome != "conflict":
+                return outcome == "committed"
+        log.warning("messages: delta-rs lost %d commits in a row to concurrent ones; Spark's Delta appends",
+                    CONFLICT_RETRIES)
+        return False
+
+    def _try_delta_rs(self, data: pa.Table) -> str:
+        """One delta-rs append: "committed", "conflict" (nothing committed; delta-rs is kept) or
+        "failed" (nothing committed; Spark's Delta from now on)."""
         import pyarrow as pa
         from deltalake import (
             ColumnProperties,
@@ -96,16 +110,21 @@ class MessagesAppender:
                             commit_properties=CommitProperties(custom_metadata={TOKEN_KEY: token}),
                             post_commithook_properties=PostCommitHookProperties(create_checkpoint=False,
                                                                                 cleanup_expired_logs=False))
-            return True
+            return "committed"
         except Exception as exc:  # noqa: BLE001 - any failure of delta-rs: Spark appends from now on
+            was_committed = before is not None and committed(location, before, token)
+            if not was_committed and type(exc).__name__ == "CommitFailedError" and "concurrent" in str(exc):
+                log.info("messages: a delta-rs append lost to a concurrent commit (%s); trying again", exc)
+                self._table = None  # reread at the new version
+                return "conflict"
             self._rs_path = self._table = None
-            if before is not None and committed(location, before, token):
+            if was_committed:
                 log.warning("messages: delta-rs committed, then failed (%s: %s); Spark's Delta appends from now on",
                             type(exc).__name__, exc)
-                return True
+                return "committed"
             log.warning("messages: delta-rs cannot append to %s (%s: %s); Spark's Delta appends from now on",
                         self.path, type(exc).__name__, exc)
-            return False
+            return "failed"
 
 
 def committed(location: str, before: int, token: str) -> bool:

@@ -261,6 +261,7 @@ def _round(side: Side, k: int, seconds: float, rates: dict[str, float], since_ns
                    "push_max_ms": f.max, "clients_failed": fsum.get("failed_clients"),
                    "pushes_per_s": rate(f.delivered, window)},
         "store": {"pages": len(s_lat), "errors": s_err, "p50_ms": s.p50, "p99_ms": s.p99,
+                  "last_errors": sorted({str(x.get("last_error")) for x in sb_sums if x.get("last_error")})[:5],
                   "late": sum(int(x.get("late") or 0) for x in sb_sums), "pages_per_s": rate(len(s_lat), window)},
         "lightpush": {"offered": lp_offered, "acknowledged": lp_ok, "missing": lp_offered - lp_ok,
                       "first_error": first_error, "p50_ms": lp.p50, "p99_ms": lp.p99,

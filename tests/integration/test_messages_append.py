@@ -163,3 +163,67 @@ def test_delta_rs_appends_and_spark_s_maintain_commit_beside_each_other(spark, k
     ops = [r.operation for r in spark.sql(f"DESCRIBE HISTORY delta.`{messages}`").collect()]
     assert "OPTIMIZE" in ops, ops
     assert sum(e.startswith("delta-rs") for e in engines(messages)) >= 2, engines(messages)
+
+
+def test_a_retention_delete_beside_delta_rs_appends_does_not_conflict(spark, kafka, tmp_path):
+    """Maintain's retention DELETE (apply_retention, without its retries) of yesterday's rows while
+    delta-rs appends to today's partition every 20 ms: neither fails. Its predicate was an OR with
+    a data column, which Delta's conflict check cannot evaluate on a concurrent append's files, so
+    every append conflicted with it (ConcurrentAppendException: in the soak of 2026-12-06 a run
+    failed after its five retries; on a store committing every second retention would never
+    apply); and delta-rs counts every file of its snapshot as read, so its append lost to the
+    DELETE and the store job fell back to Spark's slower appends for good."""
+    days_ago = 1.5
+    import threading
+
+    from pyspark.sql import functions as F
+
+    from pipeline.store import maintenance
+    from pipeline.store.messages_append import MessagesAppender
+    from pipeline.store.settings import MaintainSettings
+
+    seed = 4513
+    print("seed", seed)
+    rng = random.Random(seed)
+    now = time.time()
+    old = now - days_ago * 86400
+    recs = [pr.IngestRecord(pubsub_topic=PT, received_time=t, bridge_id="A", message=WakuMessage(
+        payload=rng.randbytes(64), content_topic="/append/1/blind/proto", timestamp=int(t * 1e9)))
+        for t in [old] * 300 + [now] * 300]
+    table = store(spark, kafka, tmp_path, "blind", recs)
+    fresh = spark.read.format("delta").load(table).where(F.col("received_time") >= now - 1).limit(10).toArrow()
+    appender = MessagesAppender(table, 20000)
+    stop, appended, failures = threading.Event(), [0], []
+
+    def keep_appending() -> None:
+        while not stop.is_set():
+            if not appender._append_with_delta_rs(fresh):
+                failures.append("delta-rs append failed")
+                return
+            appended[0] += 1
+            time.sleep(0.02)
+
+    cfg = load_config([f"warehouse.root={tmp_path / 'blind'}", f"warehouse.checkpoints={tmp_path / 'blind' / 'cp'}",
+                       "store.retention_days=1.0"], environ={})
+    settings = MaintainSettings.from_config(cfg)
+    writer = threading.Thread(target=keep_appending)
+    writer.start()
+    try:
+        while appended[0] < 3 and not failures:
+            time.sleep(0.05)
+        before = appended[0]
+        orig = maintenance.retry_conflicts
+        maintenance.retry_conflicts = lambda what, fn, *a, **k: fn()  # no retries here
+        try:
+            report = maintenance.apply_retention(spark, settings, now=now)
+        finally:
+            maintenance.retry_conflicts = orig
+        during = appended[0] - before
+    finally:
+        stop.set()
+        writer.join()
+    assert not failures, failures
+    assert report.deleted_by_age == 300
+    assert during >= 3, f"only {during} appends committed during the DELETE: nothing to conflict with"
+    assert appender._rs_path is not None  # delta-rs still appends
+    assert spark.read.format("delta").load(table).count() == 300 + 10 * appended[0]
