@@ -104,7 +104,9 @@ def apply_retention(spark: SparkSession, settings: MaintainSettings, now: float 
                       .agg(F.max("received_time")).first())
             assert oldest is not None  # an aggregate: one row
             edge = oldest[0]
-            report.deleted_by_capacity = _delete(spark, messages, F.col("received_time") <= F.lit(edge))
+            edge_date = time.strftime("%Y-%m-%d", time.gmtime(edge))  # partition-only first, as by_age
+            report.deleted_by_capacity = _delete(spark, messages, (F.col("received_date") <= F.lit(edge_date))
+                                                 & (F.col("received_time") <= F.lit(edge)))
             if has_index:
                 _delete(spark, index, F.col("received_time") <= F.lit(edge))
     report.quarantine_deleted = _delete(
