@@ -417,7 +417,8 @@ def plot(out: dict, path: Path) -> None:
         ys = [r[svc][key] if r[svc][key] is not None else float("nan") for r in rounds]
         ax[0].plot(xs, ys, marker="o", label=label)
     ax[0].axhline(100, color="grey", linestyle=":", label="100 ms")
-    ax[0].set_ylabel("p99 per round (ms)")
+    ax[0].set_yscale("log")
+    ax[0].set_ylabel("p99 per round (ms, log)")
     ax[0].legend(fontsize=8)
     names = sorted({n for s in samples for n in s["processes"]})
     for name in names:
