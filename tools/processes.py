@@ -89,6 +89,11 @@ def _group_members(pgid: int) -> Iterator[tuple[str, str]]:
             yield d, stat
 
 
+def group_pids(pgid: int) -> list[int]:
+    """The pids of every live process in process group `pgid`."""
+    return [int(d) for d, _ in _group_members(pgid)]
+
+
 def group_cpu_by_pid(pgid: int) -> dict[int, float]:
     """{pid: CPU seconds (user + system) so far} of every live process in process group `pgid`."""
     return {int(d): _stat_cpu_s(stat) for d, stat in _group_members(pgid)}

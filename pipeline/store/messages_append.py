@@ -96,6 +96,7 @@ class MessagesAppender:
             WriterProperties,
             write_deltalake,
         )
+        from deltalake.exceptions import CommitFailedError
 
         assert self._rs_path is not None
         location, token, before = self._rs_path, uuid.uuid4().hex, None
@@ -113,7 +114,7 @@ class MessagesAppender:
             return "committed"
         except Exception as exc:  # noqa: BLE001 - any failure of delta-rs: Spark appends from now on
             was_committed = before is not None and committed(location, before, token)
-            if not was_committed and type(exc).__name__ == "CommitFailedError" and "concurrent" in str(exc):
+            if not was_committed and isinstance(exc, CommitFailedError) and "concurrent" in str(exc):
                 log.info("messages: a delta-rs append lost to a concurrent commit (%s); trying again", exc)
                 self._table = None  # reread at the new version
                 return "conflict"

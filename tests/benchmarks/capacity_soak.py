@@ -31,7 +31,6 @@ from collections import Counter
 from pathlib import Path
 
 from tests.benchmarks.side_by_side import (
-    CLIENTS_PER_PROCESS,
     GoClient,
     Side,
     _merged,
@@ -39,10 +38,12 @@ from tests.benchmarks.side_by_side import (
     cpu_delta,
     process_groups,
     say,
+    start_filter_many,
     start_ours,
     wait_stored,
 )
 from tests.benchmarks.stats import latency_summary, rate
+from tools.processes import group_pids
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,18 +91,9 @@ def _du_mb(path: Path) -> float:
 
 def _members(root: int) -> dict[str, list[int]]:
     """{process name: pids} of the stack (side_by_side's names: bridge, broker, <job> job)."""
-    groups = process_groups(root)
     out: dict[str, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        pgid = int(stat[stat.rindex(")") + 2:].split()[2])
-        if pgid in groups:
-            out.setdefault(groups[pgid], []).append(int(d))
+    for pgid, name in process_groups(root).items():
+        out.setdefault(name, []).extend(group_pids(pgid))
     return out
 
 
@@ -165,14 +157,8 @@ def _round(side: Side, k: int, seconds: float, rates: dict[str, float], since_ns
     d = side.tmp / tag
     d.mkdir()
     topics = [f"/soak/1/f{j}/proto" for j in range(FILTER_CLIENTS // FILTER_FANOUT)]
-    fms = []
-    for i, first in enumerate(range(0, FILTER_CLIENTS, CLIENTS_PER_PROCESS)):
-        n = min(CLIENTS_PER_PROCESS, FILTER_CLIENTS - first)
-        shift = first % len(topics)
-        mine = [a for t in topics[shift:] + topics[:shift] for a in ("--content-topic", t)]
-        fms.append(GoClient(["filter-many", *common(side), "--clients", str(n), *mine, "--timeout", "120",
-                             "--keep-streams", "--connect-rate", "50", "--seconds", str(seconds + 25)],
-                            d / f"filter-clients{i}.log"))
+    fms = start_filter_many(side, topics, FILTER_CLIENTS, seconds + 25, lambda i: d / f"filter-clients{i}.log",
+                            keep_streams=True, connect_rate=50.0)
     for fm in fms:
         fm.wait_event("ready", 240)
     relay_ct = ["--content-topic", "/soak/1/relay/proto"]

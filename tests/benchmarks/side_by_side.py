@@ -474,6 +474,24 @@ def _merged(summaries: list[dict]) -> dict:
     return out
 
 
+def start_filter_many(side: Side, topics: list[str], clients: int, seconds: float, log_of: Callable[[int], Path], *,
+                      keep_streams: bool = False, connect_rate: float = 0.0) -> list[GoClient]:
+    """`clients` go-waku light clients in `filter-many` processes of at most CLIENTS_PER_PROCESS
+    (client j on topic j mod len(topics) in all), subscribed for `seconds`; process k logs to
+    `log_of(k)`. `connect_rate`: clients started a second in all (0: at once). 500 in one process
+    lost ~470 of their connections within seconds of subscribing, 5 x 100 kept all 500 (2026-12-04)."""
+    fms = []
+    for k, first in enumerate(range(0, clients, CLIENTS_PER_PROCESS)):
+        n = min(CLIENTS_PER_PROCESS, clients - first)
+        shift = first % len(topics)
+        mine = [a for t in topics[shift:] + topics[:shift] for a in ("--content-topic", t)]
+        fms.append(GoClient(["filter-many", *common(side), "--clients", str(n), *mine, "--timeout", "120",
+                             *(["--keep-streams"] if keep_streams else []),
+                             *(["--connect-rate", str(connect_rate * n / clients)] if connect_rate > 0 else []),
+                             "--seconds", str(seconds)], log_of(k)))
+    return fms
+
+
 def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window: float, *,
                  fanout: int = 1, keep_streams: bool = False, connect_rate: float = 0.0) -> dict:
     """`clients` go-waku filter clients (`filter-many`), `clients // fanout` content topics (each
@@ -487,18 +505,8 @@ def phase_filter(side: Side, msg_rate: float, clients: int, warm: float, window:
     cts = [a for t in topics for a in ("--content-topic", t)]
     log = side.tmp / f"filter-{int(msg_rate)}"
     t0 = time.monotonic()
-    # At most CLIENTS_PER_PROCESS go-waku nodes a process (client j on topic j mod len(topics) in
-    # all): 500 in one process lost ~470 of their connections within seconds of subscribing, 5 x 100
-    # kept all 500 (2026-12-04).
-    fms = []
-    for k, first in enumerate(range(0, clients, CLIENTS_PER_PROCESS)):
-        n = min(CLIENTS_PER_PROCESS, clients - first)
-        shift = first % len(topics)
-        mine = [a for t in topics[shift:] + topics[:shift] for a in ("--content-topic", t)]
-        fms.append(GoClient(["filter-many", *common(side), "--clients", str(n), *mine, "--timeout", "120",
-                             *(["--keep-streams"] if keep_streams else []),
-                             *(["--connect-rate", str(connect_rate * n / clients)] if connect_rate > 0 else []),
-                             "--seconds", str(warm + window + 20)], log.with_suffix(f".clients{k}.log")))
+    fms = start_filter_many(side, topics, clients, warm + window + 20, lambda k: log.with_suffix(f".clients{k}.log"),
+                            keep_streams=keep_streams, connect_rate=connect_rate)
     for fm in fms:
         fm.wait_event("ready", 180 + (clients / connect_rate if connect_rate > 0 else 0))
     subscribe_s = time.monotonic() - t0

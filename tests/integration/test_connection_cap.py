@@ -60,19 +60,11 @@ def test_a_connection_over_the_cap_is_refused_and_the_others_stay():
         addrs = listen_addrs("127.0.0.1", 0, -1)
         bridge = build_host(create_new_key_pair(), addrs, max_connections=2)
         clients = [build_host(create_new_key_pair(), listen_addrs("127.0.0.1", 0, -1)) for _ in range(3)]
-        ok: list[bool] = []
         async with bridge.run(addrs), trio.open_nursery() as nursery:
             target = multiaddr.Multiaddr(str(bridge.get_addrs()[0]).split("/p2p/")[0])
             for c in clients:
                 await nursery.start(_run, c)
-            for c in clients:
-                try:
-                    with trio.fail_after(10):
-                        await c.connect(PeerInfo(bridge.get_id(), [target]))
-                        await c.new_stream(bridge.get_id(), ["/ipfs/id/1.0.0"])
-                    ok.append(True)
-                except Exception:  # noqa: BLE001 - refused: closed before the handshake
-                    ok.append(False)
+            ok = await _connect_each(clients, bridge, target)
             await trio.sleep(0.2)
             connected = len(bridge.get_network().connections)
             nursery.cancel_scope.cancel()
@@ -83,9 +75,25 @@ def test_a_connection_over_the_cap_is_refused_and_the_others_stay():
 
 
 async def _run(host, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    async with host.run(listen_addrs("127.0.0.1", 0, -1)):
-        task_status.started()
-        await trio.sleep_forever()
+    """`host` listening until cancelled; started with the cancel scope that stops it."""
+    with trio.CancelScope() as scope:
+        async with host.run(listen_addrs("127.0.0.1", 0, -1)):
+            task_status.started(scope)
+            await trio.sleep_forever()
+
+
+async def _connect_each(clients, bridge, target) -> list[bool]:
+    """Each client's dial of the bridge and an identify stream: True, or False when refused."""
+    ok = []
+    for c in clients:
+        try:
+            with trio.fail_after(10):
+                await c.connect(PeerInfo(bridge.get_id(), [target]))
+                await c.new_stream(bridge.get_id(), ["/ipfs/id/1.0.0"])
+            ok.append(True)
+        except Exception:  # noqa: BLE001 - refused: closed before the handshake
+            ok.append(False)
+    return ok
 
 
 def test_connections_that_ended_give_their_slots_back():
@@ -105,16 +113,8 @@ def test_connections_that_ended_give_their_slots_back():
                 clients = [build_host(create_new_key_pair(), listen_addrs("127.0.0.1", 0, -1)) for _ in range(cap)]
                 scopes = []
                 for c in clients:
-                    scopes.append(await nursery.start(_run_until_cancelled, c))
-                ok = []
-                for c in clients:
-                    try:
-                        with trio.fail_after(10):
-                            await c.connect(PeerInfo(bridge.get_id(), [target]))
-                            await c.new_stream(bridge.get_id(), ["/ipfs/id/1.0.0"])
-                        ok.append(True)
-                    except Exception:  # noqa: BLE001 - refused
-                        ok.append(False)
+                    scopes.append(await nursery.start(_run, c))
+                ok = await _connect_each(clients, bridge, target)
                 connected = len(swarm.connections)
                 for c in clients:
                     for pid in list(c.get_network().connections):
@@ -131,9 +131,3 @@ def test_connections_that_ended_give_their_slots_back():
     rounds = trio.run(main)
     assert rounds == [([True] * cap, cap, 0)] * 3
 
-
-async def _run_until_cancelled(host, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    with trio.CancelScope() as scope:
-        async with host.run(listen_addrs("127.0.0.1", 0, -1)):
-            task_status.started(scope)
-            await trio.sleep_forever()
